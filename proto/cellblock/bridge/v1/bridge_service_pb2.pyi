@@ -19,6 +19,32 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _GuestRefusal:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _GuestRefusalEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GuestRefusal.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    GUEST_REFUSAL_UNSPECIFIED: _GuestRefusal.ValueType  # 0
+    """Not refused: the host must settle the request."""
+    GUEST_REFUSAL_PENDING_CAP: _GuestRefusal.ValueType  # 1
+    """The run already had maxPendingToolCalls requests of host work (B13)."""
+    GUEST_REFUSAL_TOO_LARGE: _GuestRefusal.ValueType  # 2
+    """The arguments were larger than the reply inbox (B22)."""
+
+class GuestRefusal(_GuestRefusal, metaclass=_GuestRefusalEnumTypeWrapper):
+    """GuestRefusal names a request the controller refused without sending it.
+    Frozen.
+    """
+
+GUEST_REFUSAL_UNSPECIFIED: GuestRefusal.ValueType  # 0
+"""Not refused: the host must settle the request."""
+GUEST_REFUSAL_PENDING_CAP: GuestRefusal.ValueType  # 1
+"""The run already had maxPendingToolCalls requests of host work (B13)."""
+GUEST_REFUSAL_TOO_LARGE: GuestRefusal.ValueType  # 2
+"""The arguments were larger than the reply inbox (B22)."""
+Global___GuestRefusal: _TypeAlias = GuestRefusal  # noqa: Y015
+
 class _FailureKind:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -108,6 +134,7 @@ class GuestRequest(_message.Message):
     BRIDGE_ID_FIELD_NUMBER: _builtins.int
     METHOD_FIELD_NUMBER: _builtins.int
     ARGS_JSON_FIELD_NUMBER: _builtins.int
+    REFUSAL_FIELD_NUMBER: _builtins.int
     bridge_id: _builtins.str
     """`bridge:<method>:<n>`; `<n>` counts the run's requests of that method
     from 1 across legs. Malformed ids are rejected (P02), reused ids too (P03).
@@ -118,7 +145,13 @@ class GuestRequest(_message.Message):
     """
     args_json: _builtins.str
     """The request's arguments as a compact JSON array. At most the reply inbox
-    size; the guest refuses larger requests itself (B22).
+    size; the guest refuses larger requests itself (B22). Empty when
+    `refusal` is set.
+    """
+    refusal: Global___GuestRefusal.ValueType
+    """Set when the guest's controller refused the request itself and rejected
+    its promise; the host records the rejection (SPEC §8.2 item 6) and never
+    dispatches it.
     """
     def __init__(
         self,
@@ -126,10 +159,11 @@ class GuestRequest(_message.Message):
         bridge_id: _builtins.str = ...,
         method: _builtins.str = ...,
         args_json: _builtins.str = ...,
+        refusal: Global___GuestRefusal.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args_json", b"args_json", "bridge_id", b"bridge_id", "method", b"method"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args_json", b"args_json", "bridge_id", b"bridge_id", "method", b"method", "refusal", b"refusal"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -169,29 +203,27 @@ class OutputOmission(_message.Message):
 
     OMITTED_ENTRIES_FIELD_NUMBER: _builtins.int
     OMITTED_BYTES_FIELD_NUMBER: _builtins.int
-    FIRST_OMITTED_ENTRY_JSON_FIELD_NUMBER: _builtins.int
-    FIRST_OMITTED_ENTRY_CUT_FIELD_NUMBER: _builtins.int
+    FIRST_OMITTED_CONTENT_FIELD_NUMBER: _builtins.int
     omitted_entries: _builtins.int
     """Entries omitted in this leg."""
     omitted_bytes: _builtins.int
     """Total compact-JSON size in bytes of the omitted entries."""
-    first_omitted_entry_json: _builtins.str
-    """The first omitted entry as compact JSON, cut to at most the output
-    budget's content share in bytes (SPEC §9 rule 5 takes its prefix).
+    first_omitted_content: _builtins.str
+    """The first omitted entry's content (a `text` entry's text, a `json`
+    entry's compact JSON), cut UTF-8-safely to at most the budget's entry
+    share `maxOutputBytes - floor(maxOutputBytes / 4)` bytes; SPEC §9 rule 5
+    takes the marker's prefix from it.
     """
-    first_omitted_entry_cut: _builtins.bool
-    """True when `first_omitted_entry_json` was cut."""
     def __init__(
         self,
         *,
         omitted_entries: _builtins.int = ...,
         omitted_bytes: _builtins.int = ...,
-        first_omitted_entry_json: _builtins.str = ...,
-        first_omitted_entry_cut: _builtins.bool = ...,
+        first_omitted_content: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_omitted_entry_cut", b"first_omitted_entry_cut", "first_omitted_entry_json", b"first_omitted_entry_json", "omitted_bytes", b"omitted_bytes", "omitted_entries", b"omitted_entries"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_omitted_content", b"first_omitted_content", "omitted_bytes", b"omitted_bytes", "omitted_entries", b"omitted_entries"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

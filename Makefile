@@ -1,0 +1,115 @@
+# cellblock: the single entry point (DESIGN.md §6). `make` alone lists the targets.
+#
+# Variables you may override:  make test PYTHON=/path/to/python
+#   PYTHON   Python used for setup/tests (default: .venv/bin/python if present, else python3)
+
+.DEFAULT_GOAL := help
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DELETE_ON_ERROR:
+MAKEFLAGS += --no-print-directory
+
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
+DEV_PYTHONPATH := proto:server:client:sandbox-image/guest
+STAMPS := build/stamps
+# One stamp per Python environment, so switching interpreters reinstalls.
+PY_ENV_ID := $(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])' 2>/dev/null)
+PYDEPS_STAMP := $(STAMPS)/pydeps-$(PY_ENV_ID)
+# npm projects: the repo root (buf, grpc-js) and tests/interop, where a package.json exists.
+NPM_DIRS := $(dir $(wildcard package.json tests/interop/package.json))
+
+# Targets the lead wires up: run scripts/<name>.sh when it exists, else say so and fail.
+define placeholder
+	@if [ -x scripts/$(1).sh ]; then scripts/$(1).sh; \
+	 else echo "make $(1): not wired yet (placeholder: add scripts/$(1).sh or replace this recipe)" >&2; exit 2; fi
+endef
+
+.PHONY: help
+help: ## Show this help
+	@echo "usage: make <target>   (PYTHON=$(PYTHON))"
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) \
+	  | awk 'BEGIN { FS = ":.*## " } { printf "  %-18s %s\n", $$1, $$2 }'
+
+# ------------------------------------------------------------------ machine + images
+
+.PHONY: engine
+engine: ## Make sure a Docker engine answers (installs docker.io and starts dockerd if needed)
+	scripts/ensure-docker.sh
+
+.PHONY: base-image
+base-image: engine ## Build the base image cellblock-base:bookworm from Debian packages (debootstrap)
+	sandbox-image/bootstrap-base.sh
+
+.PHONY: image
+image: engine ## Build the cell image cellblock-cell:dev (fast when nothing changed)
+	sandbox-image/build.sh
+
+.PHONY: seccomp-selftest
+seccomp-selftest: image ## Check the cell's seccomp profile: needed calls work, removed ones get EPERM
+	$(PYTHON) sandbox-image/seccomp-selftest.py
+
+# ------------------------------------------------------------------ developer setup
+
+.PHONY: setup
+setup: pydeps npm-deps image ## Install pinned Python deps, npm tools, the engine and the cell image
+
+.PHONY: pydeps
+pydeps: $(PYDEPS_STAMP) ## Install requirements-dev.txt into PYTHON (skipped while unchanged)
+
+$(PYDEPS_STAMP): requirements-dev.txt
+	$(PYTHON) -m pip install --disable-pip-version-check -r requirements-dev.txt
+	@mkdir -p $(STAMPS) && touch $@
+
+.PHONY: npm-deps
+npm-deps: ## npm ci where a package.json is (repo root, tests/interop); skipped while the lock is unchanged
+	@for d in $(NPM_DIRS); do \
+	  done_marker="$${d}node_modules/.package-lock.json"; \
+	  if [ -f "$$done_marker" ] && [ "$$done_marker" -nt "$${d}package.json" ] \
+	     && [ "$$done_marker" -nt "$${d}package-lock.json" ]; then continue; fi; \
+	  if ! command -v npm >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	      echo "npm not found; installing nodejs and npm from Debian packages"; \
+	      DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends nodejs npm; \
+	    else echo "npm is needed for $${d}package.json: install Node.js and npm" >&2; exit 1; fi; \
+	  fi; \
+	  echo "npm ci in $$d"; \
+	  (cd "$$d" && npm ci --no-audit --no-fund); \
+	  touch "$$done_marker"; \
+	done
+
+# ------------------------------------------------------------------ lead's targets
+
+.PHONY: proto
+proto: ## Regenerate the Python code of proto/ (scripts/gen-proto.sh)
+	scripts/gen-proto.sh
+
+.PHONY: proto-check
+proto-check: ## PLACEHOLDER: check generated code is current and buf lint passes (scripts/proto-check.sh)
+	$(call placeholder,proto-check)
+
+.PHONY: lint
+lint: ## PLACEHOLDER: ruff + mypy (scripts/lint.sh)
+	$(call placeholder,lint)
+
+.PHONY: test
+test: setup ## Run the test suite (after setup)
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q
+
+.PHONY: demo
+demo: ## PLACEHOLDER: run the demo programs in examples/ (scripts/demo.sh)
+	$(call placeholder,demo)
+
+.PHONY: serve
+serve: ## PLACEHOLDER: run the control service locally (scripts/serve.sh)
+	$(call placeholder,serve)
+
+.PHONY: bench
+bench: ## PLACEHOLDER: run the benchmarks beside their baselines (scripts/bench.sh)
+	$(call placeholder,bench)
+
+# ------------------------------------------------------------------ housekeeping
+
+.PHONY: clean
+clean: ## Remove build/ (build context, stamps); images and the rootfs cache stay
+	rm -rf build

@@ -1,0 +1,219 @@
+"""The guest agent: the process inside a cell that runs one leg.
+
+It connects to the cell's own bridge socket, authenticates with the one-time
+cell token, receives the program (or a snapshot), runs it in a
+:class:`~cellblock.guest._vm.CellVM` and relays the guest's bridge requests
+and output to the host until the leg ends. It holds no secrets and no catalog
+state beyond what the host sent for this leg.
+
+Exit codes: 0 after a clean ``end``; 3 when the bridge cannot be reached;
+124 when the agent's own watchdog stopped a VM stuck past the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from cellblock.bridge.v1 import bridge_service_pb2 as pb
+from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
+from cellblock.guest._vm import CellVM, VMPoisoned, engine_build_id
+
+SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
+TOKEN_ENV = "CELLBLOCK_CELL_TOKEN"
+# Bridge messages may carry snapshots chunks (1 MiB) and tool results up to
+# the reply inbox; the host enforces the real caps.
+_MAX_MESSAGE = 512 * 1024 * 1024
+_CHUNK = 1024 * 1024
+# The agent's watchdog ends the process when one VM step runs this long past
+# the leg's deadline (an engine built-in that ignores the interrupt handler).
+WATCHDOG_GRACE_S = 0.75
+WATCHDOG_EXIT = 124
+_REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE}
+
+
+class _Watchdog:
+    """Ends the process when a VM step overruns the deadline (second layer)."""
+
+    def __init__(self) -> None:
+        self._deadline: float | None = None
+        self._lock = threading.Lock()
+        threading.Thread(target=self._run, name="cellblock-watchdog", daemon=True).start()
+
+    def arm(self, deadline: float) -> None:
+        with self._lock:
+            self._deadline = deadline
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.05)
+            with self._lock:
+                deadline = self._deadline
+            if deadline is not None and time.monotonic() > deadline + WATCHDOG_GRACE_S:
+                os._exit(WATCHDOG_EXIT)
+
+
+class Leg:
+    """Runs one leg over an attached bridge stream."""
+
+    def __init__(self, token: str) -> None:
+        self._token = token
+        self._send_q: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
+        self._watchdog = _Watchdog()
+
+    async def _requests(self) -> AsyncIterator[pb.AttachRequest]:
+        while True:
+            item = await self._send_q.get()
+            if item is None:
+                return
+            yield item
+
+    def _send(self, msg: pb.AttachRequest) -> None:
+        self._send_q.put_nowait(msg)
+
+    async def run(self, channel: grpc.aio.Channel) -> None:
+        stub = pb_grpc.BridgeServiceStub(channel)
+        self._send(pb.AttachRequest(hello=pb.Hello(cell_token=self._token, engine_build_id=engine_build_id())))
+        call = stub.Attach(self._requests())
+        responses = call.__aiter__()
+        first = await responses.__anext__()
+        if first.WhichOneof("message") != "start":
+            raise RuntimeError("the host did not start the leg")
+        start = first.start
+        received = time.monotonic()
+        deadline = received + start.limits.deadline_ms / 1000.0
+        self._watchdog.arm(deadline)
+        vm = CellVM(memory_limit_bytes=start.limits.memory_limit_bytes, deadline=deadline)
+        end: pb.LegEnd
+        try:
+            end = await self._drive(vm, start, responses)
+        finally:
+            self._watchdog.arm(float("inf"))
+        self._send(pb.AttachRequest(end=end))
+        self._send(None)
+        # Drain the host's side until it closes the stream.
+        try:
+            async for _ in responses:
+                pass
+        except grpc.aio.AioRpcError:
+            pass
+        vm.close()
+
+    async def _drive(self, vm: CellVM, start: pb.Start, responses: AsyncIterator[pb.AttachResponse]) -> pb.LegEnd:
+        catalog = json.loads(start.catalog_json or "{}")
+        limits = start.limits
+        config: dict[str, Any] = {
+            "limits": {
+                "maxPendingToolCalls": limits.max_pending_tool_calls,
+                "replyInboxBytes": limits.reply_inbox_bytes,
+                "maxOutputBytes": limits.max_output_bytes,
+                "outputSpentBytes": limits.output_spent_bytes,
+                "outputClosed": limits.output_closed,
+            },
+            "catalog": catalog,
+            "bridgeCounters": dict(start.bridge_counters),
+            "nextTimerId": int(start.bridge_counters.get("timer", 0)) + 1,
+        }
+        try:
+            if start.snapshot_bytes:
+                chunks: list[bytes] = []
+                while True:
+                    msg = await responses.__anext__()
+                    if msg.WhichOneof("message") != "snapshot_chunk":
+                        raise RuntimeError("expected a snapshot chunk")
+                    chunks.append(msg.snapshot_chunk.data)
+                    if msg.snapshot_chunk.last:
+                        break
+                vm.restore(b"".join(chunks), config)
+            else:
+                vm.install(config)
+                vm.start(start.source)
+            while True:
+                self._flush(vm)
+                status = vm.status()
+                phase = status["phase"]
+                if phase == "fulfilled" and status["hostWork"] == 0:
+                    return self._end(vm, completed=pb.Completed(value_json=status["valueJson"]))
+                if phase == "unserialisable":
+                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSERIALISABLE, message=status["reason"]))
+                if phase == "rejected":
+                    failure = status["failure"]
+                    if failure["kind"] == "bridge":
+                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=failure["message"], rejection_bridge_id=failure["bridgeId"]))
+                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=failure["message"]))
+                if phase == "pending" and status["hostWork"] == 0:
+                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
+                msg = await responses.__anext__()
+                kind = msg.WhichOneof("message")
+                if kind == "settle":
+                    s = msg.settle
+                    if s.WhichOneof("outcome") == "ok_json":
+                        vm.settle(s.bridge_id, True, s.ok_json, "")
+                    else:
+                        vm.settle(s.bridge_id, False, s.error.message, s.error.code)
+                elif kind == "suspend":
+                    self._flush(vm)
+                    data, raw = vm.snapshot()
+                    for i in range(0, max(len(data), 1), _CHUNK):
+                        part = data[i : i + _CHUNK]
+                        self._send(pb.AttachRequest(snapshot_chunk=pb.SnapshotChunk(data=part, last=i + _CHUNK >= len(data))))
+                    return self._end(vm, suspended=pb.Suspended(raw_bytes=raw, snapshot_bytes=len(data)))
+                else:
+                    raise RuntimeError(f"unexpected host message {kind}")
+        except VMPoisoned as exc:
+            self._flush(vm)
+            kinds = {"interrupted": pb.FAILURE_KIND_INTERRUPTED, "memory": pb.FAILURE_KIND_MEMORY, "trap": pb.FAILURE_KIND_ENGINE_TRAP}
+            return pb.LegEnd(failed=pb.Failed(kind=kinds[exc.kind], message=exc.detail))
+
+    def _flush(self, vm: CellVM) -> None:
+        for item in vm.outbox.take():
+            if item[0] == "request":
+                _, bridge_id, method, args_json, refusal = item
+                request = pb.GuestRequest(bridge_id=bridge_id, method=method, args_json=args_json, refusal=_REFUSALS[refusal])
+                self._send(pb.AttachRequest(request=request))
+            else:
+                self._send(pb.AttachRequest(output=pb.GuestOutput(entry_json=item[1])))
+
+    def _end(self, vm: CellVM, **outcome: Any) -> pb.LegEnd:
+        end = pb.LegEnd(**outcome)
+        o = vm.output_state()
+        if o["omittedEntries"]:
+            end.omission.CopyFrom(
+                pb.OutputOmission(
+                    omitted_entries=o["omittedEntries"],
+                    omitted_bytes=o["omittedBytes"],
+                    first_omitted_content=o["firstOmitted"] or "",
+                )
+            )
+        return end
+
+
+async def _amain() -> int:
+    socket_path = os.environ.get(SOCKET_ENV, "/run/cellblock/bridge.sock")
+    token = os.environ.get(TOKEN_ENV, "")
+    # Nothing else of the environment is needed; drop it so no value lingers.
+    for key in list(os.environ):
+        if key not in ("PATH", "PYTHONPATH", "HOME"):
+            del os.environ[key]
+    options = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)]
+    async with grpc.aio.insecure_channel(f"unix:{socket_path}", options=options) as channel:
+        try:
+            await asyncio.wait_for(channel.channel_ready(), timeout=10)
+        except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+            print("cellblock-guest: bridge socket unreachable", file=sys.stderr)
+            return 3
+        await Leg(token).run(channel)
+    return 0
+
+
+def main() -> None:
+    """Entry point of ``python -m cellblock.guest``."""
+    sys.exit(asyncio.run(_amain()))

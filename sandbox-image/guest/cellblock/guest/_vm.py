@@ -1,0 +1,204 @@
+"""The QuickJS VM of one cell: quickjs-rs on wasmtime, plus the controller.
+
+Runs inside the cell only. The VM has no WASI preopens and no sockets; the only
+ways out of it are the two host functions registered here, which append to
+in-memory queues that the guest agent forwards over the bridge.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import quickjs_rs
+import wasmtime
+from quickjs_rs import Runtime, Snapshot
+
+USER_FILE = "cellblock:user.js"
+# The user's source is compiled as the body of this function; the prefix sits
+# on the source's first line, so line numbers stay exact and only columns of
+# line 1 shift by its length.
+_WRAPPER_PREFIX = "(async function __cellblock_main() {"
+_WRAPPER_SUFFIX = "\n})"
+_SEND = "__cellblock_send"
+_OUTPUT = "__cellblock_output"
+_CTRL_GLOBAL = "__cellblock_controller_restore"
+
+
+class VMPoisoned(Exception):
+    """The VM must be discarded: interrupted, out of memory or trapped.
+
+    Attributes:
+        kind: ``"interrupted"``, ``"memory"`` or ``"trap"``.
+    """
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+@dataclass
+class Outbox:
+    """Messages the guest produced since the last flush, in program order.
+
+    Each item is ``("request", bridge_id, method, args_json, refusal)`` or
+    ``("output", entry_json)``.
+    """
+
+    items: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def take(self) -> list[tuple[Any, ...]]:
+        items, self.items = self.items, []
+        return items
+
+
+def engine_build_id() -> str:
+    """Returns the hex build id of the bundled QuickJS wasm guest."""
+    from quickjs_rs import _engine
+
+    return str(_engine._quickjs_artifact().build_id.hex())
+
+
+class CellVM:
+    """One QuickJS VM with the cellblock controller installed.
+
+    Args:
+        memory_limit_bytes: Engine heap limit in bytes.
+        deadline: Absolute ``time.monotonic()`` seconds after which guest code
+            is interrupted (the VM is then poisoned).
+    """
+
+    def __init__(self, *, memory_limit_bytes: int, deadline: float) -> None:
+        self.deadline = deadline
+        self.outbox = Outbox()
+        self.interrupted = False
+        self._runtime = Runtime(memory_limit=memory_limit_bytes, stack_limit=None)
+        # Our own interrupt handler: it also records that it fired, because an
+        # interrupted VM is never snapshotted or reused (SPEC §10.9 item 5).
+        self._runtime._engine_rt.set_interrupt_handler(self._interrupt)
+        self._ctx = self._runtime.new_context(timeout=3600.0)
+        # Host callbacks are registered by name, in a fixed order, so that a
+        # restored heap finds them again (the guest dispatches by name).
+        self._ctx.register(_SEND, self._on_send, is_async=False)
+        self._ctx.register(_OUTPUT, self._on_output, is_async=False)
+        self._ctrl: quickjs_rs.Handle | None = None
+
+    # -- host callbacks (called synchronously from guest code) --
+    def _on_send(self, bridge_id: str, method: str, args_json: str, refusal: str) -> None:
+        self.outbox.items.append(("request", bridge_id, method, args_json, refusal))
+
+    def _on_output(self, entry_json: str) -> None:
+        self.outbox.items.append(("output", entry_json))
+
+    def _interrupt(self) -> bool:
+        if time.monotonic() >= self.deadline:
+            self.interrupted = True
+            return True
+        return False
+
+    # -- lifecycle --
+    def install(self, config: dict[str, Any]) -> None:
+        """Evaluates the controller with ``config`` and keeps its handle."""
+        source = resources.files(__package__).joinpath("controller.js").read_text("utf-8")
+        config = dict(config, wrapperColumnShift=len(_WRAPPER_PREFIX))
+        factory = self._guard(lambda: self._ctx.eval_handle(source, filename="cellblock:controller.js"))
+        self._ctrl = self._guard(lambda: factory.call(json.loads(json.dumps(config))))
+
+    def start(self, source: str) -> None:
+        """Compiles the user's program and starts it.
+
+        Raises:
+            quickjs_rs.JSError: The source does not compile (host-side source
+                preparation normally catches this first).
+            VMPoisoned: The VM was interrupted, ran out of memory or trapped.
+        """
+        wrapped = _WRAPPER_PREFIX + source + _WRAPPER_SUFFIX
+        fn = self._guard(lambda: self._ctx.eval_handle(wrapped, filename=USER_FILE))
+        self._guard(lambda: self._controller("start").call(fn))
+        self.drain()
+
+    def settle(self, bridge_id: str, ok: bool, payload: str, code: str) -> None:
+        """Settles one bridge request and runs the job queue."""
+        self._guard(lambda: self._controller("settle").call(bridge_id, ok, payload, code))
+        self.drain()
+
+    def drain(self) -> None:
+        """Runs the job queue until nothing more can run."""
+        engine_ctx = self._ctx._engine_ctx
+        self._guard(engine_ctx.run_pending_jobs)
+        if self.interrupted:
+            raise VMPoisoned("interrupted", "deadline reached while computing")
+
+    def status(self) -> dict[str, Any]:
+        """Returns the controller's view of the leg (phase, host work, ...)."""
+        raw = self._guard(lambda: self._controller("status").call().to_python())
+        return dict(json.loads(raw))
+
+    def output_state(self) -> dict[str, Any]:
+        """Returns the controller's output accounting for this leg."""
+        raw = self._guard(lambda: self._controller("output").call().to_python())
+        return dict(json.loads(raw))
+
+    def snapshot(self) -> tuple[bytes, int]:
+        """Serialises the whole VM memory, compressed.
+
+        Returns:
+            ``(compressed_bytes, raw_size_in_bytes)``.
+        """
+        assert self._ctrl is not None
+        # The controller handle lives only in Python; park it on a global for
+        # the snapshot, so the restored heap can hand it back. No guest code
+        # runs between here and the copy, nor between restore and removal.
+        self._ctx.globals[_CTRL_GLOBAL] = self._ctrl
+        raw = self._ctx.create_snapshot().to_bytes()
+        return zlib.compress(raw, 6), len(raw)
+
+    def restore(self, compressed: bytes, config: dict[str, Any]) -> None:
+        """Restores a snapshot made by :meth:`snapshot` and resumes the leg.
+
+        Raises:
+            ValueError: The snapshot is from another engine build or malformed.
+        """
+        raw = zlib.decompress(compressed)
+        self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
+        self._ctrl = self._ctx.globals.get_handle(_CTRL_GLOBAL)
+        self._ctx.eval(f"delete globalThis.{_CTRL_GLOBAL}")
+        self._guard(lambda: self._controller("resume").call(json.loads(json.dumps(config))))
+
+    def close(self) -> None:
+        """Releases the engine."""
+        try:
+            self._runtime.close()
+        except Exception:  # noqa: BLE001 - a poisoned engine may fail to close
+            pass
+
+    # -- helpers --
+    def _controller(self, name: str) -> quickjs_rs.Handle:
+        assert self._ctrl is not None
+        return self._ctrl.get(name)
+
+    def _guard(self, fn: Any) -> Any:
+        self._runtime._deadline = self.deadline
+        try:
+            return fn()
+        except wasmtime.Trap as exc:
+            if self.interrupted:
+                raise VMPoisoned("interrupted", "deadline reached while computing") from None
+            raise VMPoisoned("trap", str(exc).splitlines()[-1] if str(exc) else "trap") from None
+        except quickjs_rs.MemoryLimitError as exc:
+            raise VMPoisoned("memory", str(exc)) from None
+        except quickjs_rs.InterruptError:
+            raise VMPoisoned("interrupted", "deadline reached while computing") from None
+        except quickjs_rs.JSError as exc:
+            if self.interrupted:
+                raise VMPoisoned("interrupted", "deadline reached while computing") from None
+            if "out of memory" in str(exc):
+                raise VMPoisoned("memory", str(exc)) from None
+            raise
+        finally:
+            self._runtime._deadline = None

@@ -1,0 +1,472 @@
+// The cell's guest runtime (SPEC §8). Evaluated once per fresh VM, before any
+// user code. It captures the two host functions, removes them from the global
+// object, installs the guest API as frozen, non-writable globals and returns
+// the controller object, whose handle only the guest agent (Python) keeps.
+// User code can never reach the controller, settle its own bridge requests,
+// read the output state or forge a host reply (SPEC §8.1 item 3).
+(function (config) {
+  "use strict";
+  const g = globalThis;
+  const hostSend = g.__cellblock_send;
+  const hostOutput = g.__cellblock_output;
+  delete g.__cellblock_send;
+  delete g.__cellblock_output;
+
+  // Keep private references to every built-in the controller uses, so a guest
+  // that overwrites or deletes globals cannot change the controller's
+  // behaviour.
+  const O = Object;
+  const freeze = O.freeze;
+  const defineProperty = O.defineProperty;
+  const hasOwn = O.prototype.hasOwnProperty;
+  const objToString = O.prototype.toString;
+  const jsonStringify = JSON.stringify;
+  const jsonParse = JSON.parse;
+  const MapCtor = Map;
+  const mapGet = Map.prototype.get;
+  const mapSet = Map.prototype.set;
+  const mapHas = Map.prototype.has;
+  const mapDelete = Map.prototype.delete;
+  const WeakMapCtor = WeakMap;
+  const weakGet = WeakMap.prototype.get;
+  const weakSet = WeakMap.prototype.set;
+  const PromiseCtor = Promise;
+  const promiseThen = Promise.prototype.then;
+  const ErrorCtor = Error;
+  const TypeErrorCtor = TypeError;
+  const StringCtor = String;
+  const NumberCtor = Number;
+  const isFiniteFn = Number.isFinite;
+  const mathFloor = Math.floor;
+  const arrayIsArray = Array.isArray;
+  const arrayPush = Array.prototype.push;
+  const arrayJoin = Array.prototype.join;
+  const arrayMap = Array.prototype.map;
+  const strSplit = String.prototype.split;
+  const strSlice = String.prototype.slice;
+  const strReplace = String.prototype.replace;
+  const strStartsWith = String.prototype.startsWith;
+  const regexExec = RegExp.prototype.exec;
+  const reflectApply = Reflect.apply;
+  const call = (fn, self, ...args) => reflectApply(fn, self, args);
+
+  const limits = config.limits;
+  const USER_FILE = "cellblock:user.js";
+  const WRAPPER_COLUMN_SHIFT = config.wrapperColumnShift;
+
+  // ---- UTF-8 sizes -------------------------------------------------------
+  function utf8Length(s) {
+    let n = 0;
+    for (let i = 0; i < s.length; i++) {
+      const c = s.charCodeAt(i);
+      if (c < 0x80) n += 1;
+      else if (c < 0x800) n += 2;
+      else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+        const d = s.charCodeAt(i + 1);
+        if (d >= 0xdc00 && d <= 0xdfff) { n += 4; i++; } else n += 3;
+      } else n += 3;
+    }
+    return n;
+  }
+
+  // Longest prefix of s whose UTF-8 length is at most maxBytes, never splitting
+  // a surrogate pair.
+  function utf8Prefix(s, maxBytes) {
+    let n = 0;
+    let i = 0;
+    while (i < s.length) {
+      const c = s.charCodeAt(i);
+      let w = 3;
+      let step = 1;
+      if (c < 0x80) w = 1;
+      else if (c < 0x800) w = 2;
+      else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length) {
+        const d = s.charCodeAt(i + 1);
+        if (d >= 0xdc00 && d <= 0xdfff) { w = 4; step = 2; }
+      }
+      if (n + w > maxBytes) break;
+      n += w;
+      i += step;
+    }
+    return call(strSlice, s, 0, i);
+  }
+
+  // ---- JSON safety (SPEC §8.8 rule 4) -------------------------------------
+  function describeError(v) {
+    let name = "Error";
+    let message = "";
+    try { name = StringCtor(v.name); } catch (e) { /* keep default */ }
+    try { message = StringCtor(v.message); } catch (e) { /* keep default */ }
+    return { name, message };
+  }
+
+  // Returns [ok, value]: ok false when nothing JSON-safe can be made.
+  function jsonSafe(value) {
+    if (value === undefined) return [true, null];
+    let text;
+    try {
+      text = jsonStringify(value);
+    } catch (e) {
+      text = undefined;
+    }
+    if (text !== undefined) {
+      try { return [true, jsonParse(text)]; } catch (e) { /* fall through */ }
+    }
+    if (value instanceof ErrorCtor) return [true, describeError(value)];
+    const t = typeof value;
+    if (t === "string" || t === "boolean" || value === null) return [true, value];
+    if (t === "number" && isFiniteFn(value)) return [true, value];
+    try { return [true, StringCtor(value)]; } catch (e) { return [false, null]; }
+  }
+
+  function renderText(value) {
+    if (typeof value === "string") return value;
+    const [ok, safe] = jsonSafe(value);
+    if (!ok) return undefined;
+    return jsonStringify(safe);
+  }
+
+  // ---- Output budget, first layer (SPEC §9 rules 3-5, 11) -----------------
+  const B = limits.maxOutputBytes;
+  const R = mathFloor(B / 4);
+  const C = B - R;
+  const K = 256;
+  const out = {
+    spent: limits.outputSpentBytes,
+    closed: limits.outputClosed,
+    omittedEntries: 0,
+    omittedBytes: 0,
+    firstOmitted: null,
+  };
+
+  function emit(entry) {
+    const text = jsonStringify(entry);
+    const size = utf8Length(text);
+    if (!out.closed && out.spent + size + K <= C) {
+      out.spent += size;
+      hostOutput(text);
+      return;
+    }
+    out.closed = true;
+    out.omittedEntries += 1;
+    out.omittedBytes += size;
+    if (out.firstOmitted === null) {
+      const content = entry.type === "text" ? entry.text : jsonStringify(entry.value);
+      out.firstOmitted = utf8Prefix(content, C);
+    }
+  }
+
+  function textFn(value) {
+    const t = renderText(value);
+    if (t === undefined) throw new TypeErrorCtor("text could not turn its argument into JSON or text.");
+    emit({ type: "text", text: t });
+  }
+
+  function jsonFn(value) {
+    const [ok, safe] = jsonSafe(value);
+    if (!ok) throw new TypeErrorCtor("json could not turn its argument into JSON or text.");
+    emit({ type: "json", value: safe });
+  }
+
+  function consoleLine(...args) {
+    const parts = [];
+    for (let i = 0; i < args.length; i++) {
+      const t = renderText(args[i]);
+      call(arrayPush, parts, t === undefined ? "[unrenderable]" : t);
+    }
+    emit({ type: "text", text: call(arrayJoin, parts, " ") });
+  }
+
+  // ---- Bridge requests (SPEC §8.2) ----------------------------------------
+  const pending = new MapCtor(); // bridge id -> { resolve, reject, method, timer? }
+  const provenance = new WeakMapCtor(); // rejection error -> bridge id
+  const counters = config.bridgeCounters; // method -> last n
+  let hostWork = 0;
+
+  function refuse(message) {
+    const err = new ErrorCtor(message);
+    return err;
+  }
+
+  function request(method, args) {
+    let resolveFn;
+    let rejectFn;
+    const promise = new PromiseCtor((res, rej) => { resolveFn = res; rejectFn = rej; });
+    if (hostWork >= limits.maxPendingToolCalls) {
+      const err = refuse("too many pending host calls (limit " + limits.maxPendingToolCalls + "); await some before starting more.");
+      const n = (counters[method] || 0) + 1;
+      counters[method] = n;
+      const id = "bridge:" + method + ":" + n;
+      call(weakSet, provenance, err, id);
+      hostSend(id, method, "", "pending_cap");
+      rejectFn(err);
+      return promise;
+    }
+    const [ok, safeArgs] = jsonSafe(args);
+    const text = ok ? jsonStringify(safeArgs) : "[]";
+    const n = (counters[method] || 0) + 1;
+    counters[method] = n;
+    const id = "bridge:" + method + ":" + n;
+    const size = utf8Length(text);
+    if (size > limits.replyInboxBytes) {
+      const err = refuse("this " + method + " request is " + size + " bytes, more than the bridge accepts (" + limits.replyInboxBytes + " bytes); send less data.");
+      call(weakSet, provenance, err, id);
+      hostSend(id, method, "", "too_large");
+      rejectFn(err);
+      return promise;
+    }
+    hostWork += 1;
+    call(mapSet, pending, id, { resolve: resolveFn, reject: rejectFn, method });
+    hostSend(id, method, text, "");
+    return promise;
+  }
+
+  // ---- Timers (SPEC §8.9) --------------------------------------------------
+  let nextTimerId = config.nextTimerId;
+  const timers = new MapCtor(); // timer id -> { bridgeId, fn, args, cleared }
+  let timerError = null;
+
+  function setTimeoutFn(fn, delay, ...args) {
+    if (typeof fn !== "function") throw new TypeErrorCtor("setTimeout needs a function as its first argument.");
+    let d = NumberCtor(delay);
+    if (!isFiniteFn(d) || d < 0 || d !== d) d = 0;
+    d = mathFloor(d);
+    const timerId = nextTimerId++;
+    const entry = { fn, args, cleared: false };
+    call(mapSet, timers, timerId, entry);
+    call(promiseThen, request("timer", [d]), () => {
+      call(mapDelete, timers, timerId);
+      if (entry.cleared) return;
+      try {
+        reflectApply(fn, undefined, args);
+      } catch (e) {
+        if (timerError === null) timerError = { error: e };
+      }
+    }, () => { call(mapDelete, timers, timerId); });
+    return timerId;
+  }
+
+  function clearTimeoutFn(id) {
+    if (typeof id !== "number") return;
+    const entry = call(mapGet, timers, id);
+    if (entry) entry.cleared = true;
+  }
+
+  // ---- Catalog helpers (SPEC §8.3) ----------------------------------------
+  function deepFreeze(v) {
+    if (v !== null && typeof v === "object") {
+      const keys = O.getOwnPropertyNames(v);
+      for (let i = 0; i < keys.length; i++) deepFreeze(v[keys[i]]);
+      freeze(v);
+    }
+    return v;
+  }
+
+  const catalog = config.catalog;
+  const allTools = deepFreeze(catalog.allTools);
+
+  const tools = O.create(null);
+  defineProperty(tools, "search", { value: function search(query, options) { return request("search", [query, options === undefined ? null : options]); }, enumerable: true });
+  defineProperty(tools, "describe", { value: function describe(id) { return request("describe", [id]); }, enumerable: true });
+  defineProperty(tools, "call", { value: function callTool(id, input) { return request("call", [id, input === undefined ? {} : input]); }, enumerable: true });
+  defineProperty(tools, "callValue", { value: function callValue(id, input) { return request("callValue", [id, input === undefined ? {} : input]); }, enumerable: true });
+  const convenience = catalog.convenience;
+  const convNames = O.keys(convenience);
+  for (let i = 0; i < convNames.length; i++) {
+    const name = convNames[i];
+    const id = convenience[name];
+    defineProperty(tools, name, { value: function (input) { return request("callValue", [id, input === undefined ? {} : input]); }, enumerable: true });
+  }
+  freeze(tools);
+
+  // ---- API files (SPEC §8.6) -----------------------------------------------
+  const apiFiles = deepFreeze(catalog.apiFiles || []);
+  function normalisePath(p) {
+    let s = StringCtor(p);
+    while (call(strStartsWith, s, "/")) s = call(strSlice, s, 1);
+    return s;
+  }
+  const API = freeze({
+    list: function list(prefix) {
+      let files = [];
+      let pre = prefix === undefined || prefix === null ? "" : normalisePath(prefix);
+      while (pre.length && pre[pre.length - 1] === "/") pre = call(strSlice, pre, 0, -1);
+      for (let i = 0; i < apiFiles.length; i++) {
+        const f = apiFiles[i];
+        if (!f.content) continue;
+        if (pre === "" || f.path === pre || call(strStartsWith, f.path, pre + "/")) {
+          call(arrayPush, files, { path: f.path, description: f.description, bytes: f.bytes });
+        }
+      }
+      return PromiseCtor.resolve({ files });
+    },
+    read: function read(path) {
+      const p = normalisePath(path);
+      const segs = call(strSplit, p, "/");
+      for (let i = 0; i < segs.length; i++) {
+        if (segs[i] === "" || segs[i] === "." || segs[i] === "..") {
+          return PromiseCtor.reject(new ErrorCtor("API file path is invalid: \"" + call(strSlice, StringCtor(path), 0, 200) + "\"."));
+        }
+      }
+      for (let i = 0; i < apiFiles.length; i++) {
+        const f = apiFiles[i];
+        if (f.path === p && f.content) {
+          return PromiseCtor.resolve(freeze({ path: f.path, content: f.content, description: f.description, bytes: f.bytes }));
+        }
+      }
+      return PromiseCtor.reject(new ErrorCtor("Unknown API file: \"" + call(strSlice, p, 0, 200) + "\". Call API.list() to see the available files."));
+    },
+  });
+
+  // ---- yield_control (SPEC §8.9) -------------------------------------------
+  function yieldControl(reason) {
+    let r = null;
+    if (reason !== undefined && reason !== null) r = typeof reason === "string" ? reason : renderText(reason);
+    return request("yield", [r === undefined ? null : r]);
+  }
+
+  // ---- Globals (SPEC §8.1) -------------------------------------------------
+  const consoleObj = freeze({ log: consoleLine, info: consoleLine, warn: consoleLine, error: consoleLine });
+  const globalsToInstall = {
+    ALL_TOOLS: allTools,
+    tools,
+    API,
+    namespaces: freeze({}),
+    text: textFn,
+    json: jsonFn,
+    console: consoleObj,
+    yield_control: yieldControl,
+    setTimeout: setTimeoutFn,
+    clearTimeout: clearTimeoutFn,
+  };
+  const names = O.keys(globalsToInstall);
+  for (let i = 0; i < names.length; i++) {
+    defineProperty(g, names[i], { value: globalsToInstall[names[i]], writable: false, configurable: false, enumerable: false });
+  }
+
+  // ---- Error text (SPEC §8.10) ----------------------------------------------
+  const FRAME_RE = /^\s*at (.*?) \((.*):(\d+):(\d+)\)\s*$|^\s*at (.*):(\d+):(\d+)\s*$/;
+  function userFrames(stack) {
+    const frames = [];
+    if (typeof stack !== "string") return frames;
+    const lines = call(strSplit, stack, "\n");
+    for (let i = 0; i < lines.length && frames.length < 10; i++) {
+      const m = call(regexExec, FRAME_RE, lines[i]);
+      if (!m) continue;
+      const file = m[2] !== undefined ? m[2] : m[5];
+      if (file !== USER_FILE) continue;
+      let fn = m[1] !== undefined ? m[1] : "<anonymous>";
+      const line = NumberCtor(m[3] !== undefined ? m[3] : m[6]);
+      let col = NumberCtor(m[4] !== undefined ? m[4] : m[7]);
+      if (line === 1) col -= WRAPPER_COLUMN_SHIFT;
+      if (fn === "__cellblock_main" || fn === "") fn = "<anonymous>";
+      call(arrayPush, frames, "    at " + fn + " (" + USER_FILE + ":" + line + ":" + col + ")");
+    }
+    return frames;
+  }
+
+  function errorText(e) {
+    let isErrorLike = false;
+    try { isErrorLike = e instanceof ErrorCtor || (e !== null && typeof e === "object" && typeof e.name === "string" && typeof e.message === "string" && "stack" in e); } catch (x) { isErrorLike = false; }
+    if (isErrorLike) {
+      const d = describeError(e);
+      let stack = "";
+      try { stack = e.stack; } catch (x) { stack = ""; }
+      const frames = userFrames(stack);
+      const head = d.name + ": " + d.message;
+      return frames.length ? head + "\n" + call(arrayJoin, frames, "\n") : head;
+    }
+    const t = renderText(e);
+    return "Uncaught " + (t === undefined ? "[unrenderable value]" : t);
+  }
+
+  // ---- The program ------------------------------------------------------------
+  const state = { phase: "idle", value: undefined, error: undefined };
+
+  function onFulfilled(v) { state.phase = "fulfilled"; state.value = v; }
+  function onRejected(e) { state.phase = "rejected"; state.error = e; }
+
+  return freeze({
+    start(fn) {
+      state.phase = "pending";
+      let p;
+      try {
+        p = fn();
+      } catch (e) {
+        onRejected(e);
+        return;
+      }
+      call(promiseThen, p, onFulfilled, onRejected);
+    },
+    // Settles one bridge request: ok -> resolve with the parsed JSON value;
+    // otherwise reject with a plain Error carrying only the message (and the
+    // code when given).
+    settle(id, ok, payload, code) {
+      const entry = call(mapGet, pending, id);
+      if (!entry) return false;
+      call(mapDelete, pending, id);
+      hostWork -= 1;
+      if (ok) {
+        entry.resolve(jsonParse(payload));
+      } else {
+        const err = new ErrorCtor(payload);
+        if (code) err.code = code;
+        call(weakSet, provenance, err, id);
+        entry.reject(err);
+      }
+      return true;
+    },
+    // Returns the leg's state as compact JSON for the guest agent.
+    status() {
+      const s = { phase: state.phase, hostWork, pendingIds: [] };
+      pending.forEach((v, k) => call(arrayPush, s.pendingIds, k));
+      if (timerError !== null) {
+        s.phase = "rejected";
+        s.failure = { kind: "guest", message: errorText(timerError.error) };
+        return jsonStringify(s);
+      }
+      if (state.phase === "fulfilled") {
+        const [ok, safe] = jsonSafe(state.value);
+        if (!ok) {
+          s.phase = "unserialisable";
+          s.reason = "the value and its String() conversion both threw";
+        } else {
+          try {
+            s.valueJson = jsonStringify(safe);
+          } catch (e) {
+            s.phase = "unserialisable";
+            s.reason = "the value is nested too deeply to serialise";
+          }
+        }
+      } else if (state.phase === "rejected") {
+        const e = state.error;
+        let bridgeId = undefined;
+        if (e !== null && (typeof e === "object" || typeof e === "function")) bridgeId = call(weakGet, provenance, e);
+        s.failure = bridgeId !== undefined
+          ? { kind: "bridge", bridgeId, message: errorText(e) }
+          : { kind: "guest", message: errorText(e) };
+      }
+      return jsonStringify(s);
+    },
+    output() {
+      return jsonStringify({
+        spent: out.spent,
+        closed: out.closed,
+        omittedEntries: out.omittedEntries,
+        omittedBytes: out.omittedBytes,
+        firstOmitted: out.firstOmitted,
+      });
+    },
+    // Prepares the next leg after a restore: new limits and output state.
+    resume(newConfig) {
+      const l = newConfig.limits;
+      limits.maxPendingToolCalls = l.maxPendingToolCalls;
+      limits.replyInboxBytes = l.replyInboxBytes;
+      out.spent = l.outputSpentBytes;
+      out.closed = l.outputClosed;
+      out.omittedEntries = 0;
+      out.omittedBytes = 0;
+      out.firstOmitted = null;
+    },
+  });
+})

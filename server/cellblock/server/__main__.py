@@ -1,0 +1,5 @@
+"""``python -m cellblock.server``: run the control service."""
+
+from cellblock.server.app import main
+
+main()

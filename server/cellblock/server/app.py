@@ -1,0 +1,189 @@
+"""Assembles and serves the control service (grpc.aio).
+
+``python -m cellblock.server`` reads its settings from ``CELLBLOCK_*``
+environment variables (:class:`ServerSettings`), starts the gRPC server with
+the catalog, code-mode and run services plus gRPC health and reflection, and
+stops gracefully on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from cellblock.server.config import CodeModeConfig
+from cellblock.server.executors import DockerExecutor, DockerExecutorConfig, Executor, ProcessExecutor
+from cellblock.server.logging import configure_logging
+from cellblock.server.runs import RunRegistry, Runner
+from cellblock.server.services import CatalogService, CodeModeService, RunService, ServiceState
+from cellblock.server.services._state import Admission
+from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
+
+log = structlog.get_logger("cellblock.server")
+
+#: Largest gRPC message the public API accepts, in bytes (catalogs, tool
+#: results). Larger requests fail with RESOURCE_EXHAUSTED before parsing.
+MAX_API_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Settings of one service instance.
+
+    Attributes:
+        address: Listen address, e.g. ``127.0.0.1:50051`` or
+            ``unix:/run/cellblock.sock`` (``CELLBLOCK_ADDRESS``).
+        executor: ``docker`` (default) or ``process`` (development only; never
+            chosen implicitly) (``CELLBLOCK_EXECUTOR``).
+        image: Cell image for the docker executor (``CELLBLOCK_IMAGE``).
+        oci_runtime: OCI runtime for cells, e.g. ``runsc`` (``CELLBLOCK_OCI_RUNTIME``).
+        code_mode: The ``codeMode`` configuration section as JSON
+            (``CELLBLOCK_CODE_MODE``), e.g. ``{"enabled": true, "timeoutMs": 5000}``.
+        max_concurrent_legs: Most legs (cells) running at once
+            (``CELLBLOCK_MAX_CONCURRENT_LEGS``).
+        socket_dir: Host directory for per-cell bridge sockets
+            (``CELLBLOCK_SOCKET_DIR``).
+    """
+
+    address: str = "127.0.0.1:50051"
+    executor: str = "docker"
+    image: str = "cellblock-cell:dev"
+    oci_runtime: str | None = None
+    code_mode: dict[str, object] = field(default_factory=dict)
+    max_concurrent_legs: int = 16
+    socket_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "cellblock-cells"))
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> ServerSettings:
+        """Reads ``CELLBLOCK_*`` variables; absent ones keep the defaults.
+
+        Raises:
+            ValueError: ``CELLBLOCK_CODE_MODE`` is not JSON, or a number is not
+                an integer.
+        """
+        env = dict(os.environ if env is None else env)
+        base = cls()
+        code_mode_text = env.get("CELLBLOCK_CODE_MODE", "")
+        code_mode = json.loads(code_mode_text) if code_mode_text else {}
+        return cls(
+            address=env.get("CELLBLOCK_ADDRESS", base.address),
+            executor=env.get("CELLBLOCK_EXECUTOR", base.executor),
+            image=env.get("CELLBLOCK_IMAGE", base.image),
+            oci_runtime=env.get("CELLBLOCK_OCI_RUNTIME") or None,
+            code_mode=code_mode if isinstance(code_mode, dict) else {"enabled": code_mode},
+            max_concurrent_legs=int(env.get("CELLBLOCK_MAX_CONCURRENT_LEGS", base.max_concurrent_legs)),
+            socket_dir=env.get("CELLBLOCK_SOCKET_DIR", base.socket_dir),
+        )
+
+
+def make_executor(settings: ServerSettings) -> Executor:
+    """Builds the configured executor; unknown names fail at start-up.
+
+    Raises:
+        ValueError: The executor name is unknown.
+    """
+    if settings.executor == "docker":
+        return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime))
+    if settings.executor == "process":
+        return ProcessExecutor()
+    raise ValueError(f"unknown executor {settings.executor!r}; use docker or process")
+
+
+@dataclass
+class Service:
+    """A running service instance (for tests and embedding).
+
+    Attributes:
+        server: The grpc.aio server.
+        address: The address it listens on (port resolved).
+        executor: The cell executor.
+        registry: Suspended runs.
+        state: Catalogs and admission.
+    """
+
+    server: grpc.aio.Server
+    address: str
+    executor: Executor
+    registry: RunRegistry
+    state: ServiceState
+    health: health.aio.HealthServicer
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Stops accepting RPCs and ends the server."""
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace)
+        await self.executor.close()
+
+
+async def start_service(settings: ServerSettings, executor: Executor | None = None) -> Service:
+    """Starts the gRPC server and returns the running service.
+
+    Args:
+        settings: Instance settings.
+        executor: Overrides the executor built from ``settings`` (tests).
+    """
+    config = CodeModeConfig.from_json(settings.code_mode)
+    executor = executor or make_executor(settings)
+    registry = RunRegistry()
+    state = ServiceState(config=config, admission=Admission(settings.max_concurrent_legs))
+    runner = Runner(config, executor, registry, settings.socket_dir)
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", MAX_API_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_API_MESSAGE_BYTES),
+        ]
+    )
+    catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(state, registry), server)
+    code_mode_service_pb2_grpc.add_CodeModeServiceServicer_to_server(CodeModeService(state, runner), server)
+    run_service_pb2_grpc.add_RunServiceServicer_to_server(RunService(state, registry), server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = [
+        catalog_service_pb2.DESCRIPTOR.services_by_name["CatalogService"].full_name,
+        code_mode_service_pb2.DESCRIPTOR.services_by_name["CodeModeService"].full_name,
+        run_service_pb2.DESCRIPTOR.services_by_name["RunService"].full_name,
+    ]
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
+    port = server.add_insecure_port(settings.address)
+    address = settings.address
+    if not address.startswith("unix:") and address.rsplit(":", 1)[-1] == "0":
+        address = f"{address.rsplit(':', 1)[0]}:{port}"
+    await server.start()
+    for name in [*names, ""]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    log.info("server.started", address=address, executor=executor.name)
+    return Service(server, address, executor, registry, state, health_servicer)
+
+
+async def serve(settings: ServerSettings | None = None) -> None:
+    """Runs the service until SIGTERM or SIGINT."""
+    configure_logging()
+    settings = settings or ServerSettings.from_env()
+    service = await start_service(settings)
+    try:
+        await service.executor.check()
+    except Exception as exc:  # noqa: BLE001 - reported, legs fail closed
+        log.error("executor.unavailable", reason=str(exc))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("server.stopping")
+    await service.stop()
+
+
+def main() -> None:
+    """Entry point of ``python -m cellblock.server``."""
+    Path(ServerSettings().socket_dir).mkdir(parents=True, exist_ok=True)
+    asyncio.run(serve())

@@ -1,0 +1,270 @@
+"""Input and output contracts of ``host`` entries (SPEC §3.2 item 3, §8.4).
+
+Host schemas are compiled once at registration with :func:`compile_schema`; the compiled
+validators treat ``nullable: true`` as allowing ``null`` (SPEC §8.4 item 4).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+import jsonschema.validators
+from jsonschema.exceptions import SchemaError, ValidationError
+
+from ._errors import BridgeReplyError
+from ._messages import b08_output_contract, b10_input_contract
+from ._text import compact_json
+
+if TYPE_CHECKING:
+    from jsonschema.protocols import Validator
+
+    from ._entries import CatalogEntry
+
+__all__ = ["check_input_contract", "check_output_contract", "compile_schema"]
+
+_BASE_DRAFTS: dict[str, Any] = {
+    "http://json-schema.org/draft-03/schema": jsonschema.Draft3Validator,
+    "http://json-schema.org/draft-04/schema": jsonschema.Draft4Validator,
+    "http://json-schema.org/draft-06/schema": jsonschema.Draft6Validator,
+    "http://json-schema.org/draft-07/schema": jsonschema.Draft7Validator,
+    "https://json-schema.org/draft/2019-09/schema": jsonschema.Draft201909Validator,
+    "https://json-schema.org/draft/2020-12/schema": jsonschema.Draft202012Validator,
+}
+_DEFAULT_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+KeywordFn = Callable[[Any, Any, Any, Any], Iterator[ValidationError] | None]
+
+
+def _nullable(keyword: KeywordFn) -> KeywordFn:
+    """Wraps a keyword so that ``null`` passes where the schema says ``nullable: true``."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+        if instance is None and isinstance(schema, Mapping) and schema.get("nullable") is True:
+            return
+        errors = keyword(validator, value, instance, schema)
+        if errors is not None:
+            yield from errors
+
+    return check
+
+
+def _extend(base: Any) -> Any:
+    wrapped = {name: _nullable(base.VALIDATORS[name]) for name in ("type", "enum", "const") if name in base.VALIDATORS}
+    return jsonschema.validators.extend(base, validators=wrapped)
+
+
+_DRAFTS: dict[str, Any] = {uri: _extend(base) for uri, base in _BASE_DRAFTS.items()}
+
+
+def compile_schema(schema: object, field: str) -> Validator:
+    """Compiles a trusted ``host`` schema (SPEC §3.2 item 3).
+
+    Args:
+        schema: The JSON Schema (a JSON object or boolean). Draft 2020-12 applies unless
+            ``$schema`` names draft 3, 4, 6, 7 or 2019-09.
+        field: The registration field name, used in problem texts (``parameters``,
+            ``outputSchema``).
+
+    Returns:
+        A validator that treats ``nullable: true`` as allowing ``null``.
+
+    Raises:
+        ValueError: The schema does not compile; the message is the registration problem.
+    """
+    uri = _DEFAULT_DRAFT
+    if isinstance(schema, Mapping) and "$schema" in schema:
+        named = schema["$schema"]
+        normalised = named[:-1] if isinstance(named, str) and named.endswith("#") else named
+        if not isinstance(normalised, str) or normalised not in _DRAFTS:
+            raise ValueError(f"{field} names an unsupported $schema: {compact_json(named)[:200]}")
+        uri = normalised
+    cls = _DRAFTS[uri]
+    try:
+        cls.check_schema(schema)
+    except SchemaError as error:
+        where = _pointer(error.absolute_path)
+        raise ValueError(f"{field} is not a valid JSON Schema: {where}: {error.message[:200]}") from None
+    validator: Validator = cls(schema)
+    return validator
+
+
+def _pointer(path: Any) -> str:
+    """Renders a path as a JSON pointer; the root is written ``/``."""
+    parts = [str(part).replace("~", "~0").replace("/", "~1") for part in path]
+    return "/" + "/".join(parts)
+
+
+def _json_list(values: Any, limit: int = 120) -> str | None:
+    try:
+        text = compact_json(values)
+    except TypeError:
+        return None
+    return text if len(text) <= limit else None
+
+
+def _number(value: Any) -> str:
+    try:
+        return compact_json(value)
+    except TypeError:
+        return str(value)
+
+
+def _extra_properties(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    properties = schema.get("properties")
+    declared = properties if isinstance(properties, Mapping) else {}
+    patterns_raw = schema.get("patternProperties")
+    patterns = list(patterns_raw) if isinstance(patterns_raw, Mapping) else []
+    extras = []
+    for key in instance:
+        if key in declared:
+            continue
+        if any(_search(pattern, key) for pattern in patterns):
+            continue
+        extras.append(key)
+    return extras
+
+
+def _search(pattern: str, text: str) -> bool:
+    try:
+        return re.search(pattern, text) is not None
+    except re.error:
+        return False
+
+
+def _problem(error: ValidationError) -> str:
+    """Describes one validation error in words."""
+    keyword = error.validator
+    value: Any = error.validator_value
+    schema: Any = error.schema if isinstance(error.schema, Mapping) else {}
+    instance = error.instance
+    if keyword == "type":
+        types = [value] if isinstance(value, str) else [str(item) for item in value] if isinstance(value, list) else []
+        if schema.get("nullable") is True and "null" not in types:
+            types.append("null")
+        return "must be " + " or ".join(types) if types else "has the wrong type"
+    if keyword == "enum":
+        listed = _json_list(value)
+        return f"must be one of {listed}" if listed else "must be one of the allowed values"
+    if keyword == "const":
+        shown = _json_list(value)
+        return f"must equal {shown}" if shown else "must equal the allowed value"
+    if keyword == "required" and isinstance(instance, Mapping) and isinstance(value, list):
+        missing = [name for name in value if isinstance(name, str) and name not in instance]
+        if missing:
+            return f"missing required property {compact_json(missing[0])}"
+    if keyword == "additionalProperties" and isinstance(instance, Mapping):
+        extras = _extra_properties(instance, schema)
+        if extras:
+            return f"unexpected property {compact_json(extras[0][:200])}"
+    bounds = {
+        "minLength": "must have at least {} characters",
+        "maxLength": "must have at most {} characters",
+        "minItems": "must have at least {} items",
+        "maxItems": "must have at most {} items",
+        "minProperties": "must have at least {} properties",
+        "maxProperties": "must have at most {} properties",
+        "exclusiveMinimum": "must be > {}",
+        "exclusiveMaximum": "must be < {}",
+        "multipleOf": "must be a multiple of {}",
+    }
+    if keyword in bounds and not isinstance(value, bool):
+        return bounds[keyword].format(_number(value))
+    if keyword == "minimum":
+        return f"must be {'>' if schema.get('exclusiveMinimum') is True else '>='} {_number(value)}"
+    if keyword == "maximum":
+        return f"must be {'<' if schema.get('exclusiveMaximum') is True else '<='} {_number(value)}"
+    texts = {
+        "pattern": f"must match the pattern {compact_json(value) if isinstance(value, str) else ''}",
+        "uniqueItems": "must not contain duplicate items",
+        "anyOf": "must match at least one allowed schema",
+        "oneOf": "must match exactly one allowed schema",
+        "not": "must not match the excluded schema",
+        "contains": "must contain a matching item",
+        "propertyNames": "has a property name that is not allowed",
+        "dependentRequired": "is missing a property that another property requires",
+        "dependencies": "does not satisfy its property dependencies",
+    }
+    if keyword in texts:
+        return texts[keyword].rstrip()
+    if keyword is None:
+        return "is not allowed here"
+    return f"does not satisfy {json.dumps(str(keyword))}"
+
+
+def _top_level_problems(schema: object, arguments: object) -> str:
+    """Lists missing, then unexpected, top-level arguments (SPEC §8.4 item 1)."""
+    if not isinstance(schema, Mapping) or not isinstance(arguments, Mapping):
+        return ""
+    problems = []
+    required = schema.get("required")
+    if isinstance(required, list):
+        missing: list[str] = []
+        for name in required:
+            if isinstance(name, str) and name not in arguments and name not in missing:
+                missing.append(name)
+        if missing:
+            problems.append("missing required argument(s): " + ", ".join(name[:200] for name in missing))
+    if schema.get("additionalProperties") is False:
+        extras = _extra_properties(arguments, schema)
+        if extras:
+            problems.append("unexpected argument(s): " + ", ".join(name[:200] for name in extras))
+    return "; ".join(problems)
+
+
+def check_input_contract(entry: CatalogEntry, arguments: object) -> None:
+    """Checks a nested call's input against a ``host`` entry's ``parameters`` (SPEC §8.4 item 1).
+
+    Missing required top-level arguments are listed first (schema order), then unexpected
+    top-level arguments when ``additionalProperties`` is ``false`` (input order); otherwise the
+    first other violation is named as ``<JSON pointer>: <problem>`` (the root is ``/``).
+
+    Args:
+        entry: The resolved catalog entry; entries other than ``host`` entries with
+            ``parameters`` pass unchecked.
+        arguments: The call's input as a JSON value (``{}`` when the guest gave none).
+
+    Raises:
+        BridgeReplyError: [B10] with input provenance and ``code = "input_contract"``.
+    """
+    validator = entry.input_validator
+    if validator is None:
+        return
+    try:
+        first = next(iter(validator.iter_errors(arguments)), None)
+    except Exception:  # noqa: BLE001 - unresolvable $ref, bad regex, deep recursion
+        problems = "/: the parameters schema could not be evaluated for this input"
+    else:
+        if first is None:
+            return
+        problems = _top_level_problems(entry.parameters, arguments) or (
+            f"{_pointer(first.absolute_path)}: {_problem(first)}"
+        )
+    raise BridgeReplyError(b10_input_contract(entry.id, problems), "input", code="input_contract")
+
+
+def check_output_contract(entry: CatalogEntry, result: object) -> None:
+    """Checks a tool result's ``details`` against a ``host`` entry's ``outputSchema`` (SPEC §8.4 item 2).
+
+    Args:
+        entry: The resolved catalog entry; entries without a compiled ``outputSchema`` pass.
+        result: The runtime's tool result (normally an object with ``details``).
+
+    Raises:
+        BridgeReplyError: [B08] (not input provenance) when the result has no own
+            ``details`` key or its ``details`` do not match. The value is never shown.
+    """
+    validator = entry.output_validator
+    if validator is None:
+        return
+    valid = False
+    if isinstance(result, Mapping) and "details" in result:
+        try:
+            valid = validator.is_valid(result["details"])
+        except Exception:  # noqa: BLE001 - an unevaluable schema is a mismatch
+            valid = False
+    if not valid:
+        raise BridgeReplyError(b08_output_contract(entry.id), "internal")

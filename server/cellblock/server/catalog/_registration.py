@@ -1,0 +1,206 @@
+"""Validation of registered tools (SPEC §3.2 item 2-4, §7.1 items 1-3)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+from ._contracts import compile_schema
+from ._entries import MCP_OPERATIONS, CatalogEntry, McpOperation, Source
+from ._errors import CatalogRegistrationError
+from ._hints import input_hint, output_hint
+from ._text import js_trim
+
+__all__ = ["CONTROL_TOOL_NAMES", "Mode", "RegisteredTool", "parse_name_list", "parse_mode", "parse_tools"]
+
+_log = logging.getLogger("cellblock.server.catalog")
+
+Mode: TypeAlias = Literal["replace", "merge"]
+
+CONTROL_TOOL_NAMES: frozenset[str] = frozenset({"tool_search_code", "tool_search", "tool_describe", "tool_call"})
+"""Names of catalog controls of other designs; such tools are never catalogued."""
+
+_DEFAULT_OWNERS: dict[str, str] = {"host": "core", "client": "client"}
+
+
+@dataclass(frozen=True)
+class RegisteredTool:
+    """One validated tool of a registration."""
+
+    index: int
+    """Position in its registration."""
+    raw: Mapping[str, Any]
+    """A private deep copy of the registered tool, as given."""
+    entry: CatalogEntry
+    """The entry the tool becomes when it is catalogued."""
+    direct_only: bool
+    """``directOnly`` as registered."""
+
+
+def _optional_bool(tool: Mapping[str, Any], key: str) -> bool:
+    value = tool.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError(f"{key} must be a boolean")
+    return value
+
+
+def _optional_string(tool: Mapping[str, Any], key: str) -> str | None:
+    value = tool.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} must be a string")
+    return value
+
+
+def _owner(tool: Mapping[str, Any], source: str) -> str:
+    value = tool.get("owner")
+    if value is None:
+        if source == "mcp":
+            raise ValueError("owner (the MCP server name) is required for mcp tools")
+        return _DEFAULT_OWNERS[source]
+    if not isinstance(value, str):
+        raise ValueError("owner must be a string")
+    owner = js_trim(value)
+    if not owner:
+        raise ValueError("owner must not be empty")
+    if ":" in owner or any(ch.isspace() for ch in owner):
+        raise ValueError("owner must not contain ':' or whitespace")
+    return owner
+
+
+def _name(tool: Mapping[str, Any]) -> str:
+    name = tool.get("name")
+    if not isinstance(name, str) or not name:
+        raise ValueError("name is required and must be a non-empty string")
+    if any(unicodedata.category(ch) == "Cc" for ch in name):
+        raise ValueError("name must not contain control characters")
+    return name
+
+
+def _parse_tool(index: int, tool: object) -> RegisteredTool:
+    if not isinstance(tool, Mapping):
+        raise ValueError("tool must be an object")
+    source = tool.get("source")
+    if source not in ("host", "mcp", "client") or not isinstance(source, str):
+        raise ValueError("source is required and must be host, mcp or client")
+    typed_source: Source = source  # type: ignore[assignment]
+    owner = _owner(tool, source)
+    name = _name(tool)
+    label = _optional_string(tool, "label")
+    description = _optional_string(tool, "description") or ""
+    replay_safe = _optional_bool(tool, "replaySafe")
+    side_effecting = _optional_bool(tool, "sideEffecting")
+    direct_only = _optional_bool(tool, "directOnly")
+    operation_raw = tool.get("operation")
+    operation: McpOperation | None = None
+    if source == "mcp":
+        if operation_raw is None:
+            operation = "tool"
+        elif operation_raw in MCP_OPERATIONS and isinstance(operation_raw, str):
+            operation = operation_raw
+        else:
+            raise ValueError("operation must be one of " + ", ".join(MCP_OPERATIONS))
+    elif operation_raw is not None:
+        raise ValueError("operation is only allowed for mcp tools")
+    parameters = copy.deepcopy(tool.get("parameters"))
+    output_schema = copy.deepcopy(tool.get("outputSchema"))
+    entry_id = f"{source}:{owner}:{name}"
+    if source == "host":
+        entry = CatalogEntry(
+            id=entry_id,
+            source="host",
+            owner=owner,
+            name=name,
+            label=label,
+            description=description,
+            parameters=parameters,
+            output_schema=output_schema,
+            replay_safe=replay_safe,
+            side_effecting=side_effecting,
+            input_hint=input_hint(parameters),
+            output_hint=output_hint(output_schema),
+            input_validator=None if parameters is None else compile_schema(parameters, "parameters"),
+            output_validator=None if output_schema is None else compile_schema(output_schema, "outputSchema"),
+        )
+    else:
+        if output_schema is not None:
+            _log.info("output_schema_ignored: tool %d (%s) is not a host tool", index, entry_id)
+        entry = CatalogEntry(
+            id=entry_id,
+            source=typed_source,
+            owner=owner,
+            name=name,
+            label=label,
+            description=description,
+            parameters=parameters,
+            operation=operation,
+        )
+    return RegisteredTool(index=index, raw=copy.deepcopy(dict(tool)), entry=entry, direct_only=direct_only)
+
+
+def parse_tools(tools: object) -> list[RegisteredTool]:
+    """Validates every tool of a registration (SPEC §3.2 items 2-4).
+
+    Args:
+        tools: The registered tools: a list of JSON objects with the keys of SPEC §3.2
+            (``source``, ``owner``, ``name``, ``label``, ``description``, ``parameters``,
+            ``outputSchema``, ``replaySafe``, ``sideEffecting``, ``directOnly``,
+            ``operation``). Absent and ``None`` values are the same; other keys are ignored.
+
+    Returns:
+        The validated tools, in registration order.
+
+    Raises:
+        CatalogRegistrationError: The first invalid tool or duplicate id, by index.
+    """
+    if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
+        raise CatalogRegistrationError(None, "tools must be a list")
+    parsed: list[RegisteredTool] = []
+    seen: dict[str, int] = {}
+    for index, tool in enumerate(tools):
+        try:
+            registered = _parse_tool(index, tool)
+        except ValueError as error:
+            raise CatalogRegistrationError(index, str(error)) from None
+        entry_id = registered.entry.id
+        if entry_id in seen:
+            raise CatalogRegistrationError(index, f"duplicate id {entry_id} (also tool {seen[entry_id]})")
+        seen[entry_id] = index
+        parsed.append(registered)
+    return parsed
+
+
+def parse_mode(mode: object) -> Mode:
+    """Validates a registration mode; ``None`` means ``"replace"``.
+
+    Raises:
+        CatalogRegistrationError: The mode is not ``"replace"`` or ``"merge"``.
+    """
+    if mode is None or mode == "replace":
+        return "replace"
+    if mode == "merge":
+        return "merge"
+    raise CatalogRegistrationError(None, "mode must be replace or merge")
+
+
+def parse_name_list(value: object, field: str) -> tuple[str, ...] | None:
+    """Validates an optional list of tool ids or names (``allow``, ``deny``, ``directToolNames``).
+
+    Returns:
+        The items, or ``None`` when the list was not given.
+
+    Raises:
+        CatalogRegistrationError: The value is not a list of strings.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise CatalogRegistrationError(None, f"{field} must be a list of strings")
+    if not all(isinstance(item, str) for item in value):
+        raise CatalogRegistrationError(None, f"{field} must be a list of strings")
+    return tuple(value)

@@ -1,0 +1,120 @@
+"""Text helpers shared by the catalog: compact JSON, JavaScript trimming and echo cutting."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["ECHO_MAX_CHARS", "compact_json", "cut_echo", "is_json_primitive", "js_trim"]
+
+ECHO_MAX_CHARS = 200
+"""Echoed guest text is cut to this many characters (SPEC §14)."""
+
+# ECMAScript WhiteSpace and LineTerminator code points, as String.prototype.trim strips them.
+_JS_WHITESPACE = (
+    "\u0009\u000a\u000b\u000c\u000d\u0020\u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def js_trim(text: str) -> str:
+    """Strips leading and trailing whitespace the way JavaScript's ``String.prototype.trim`` does."""
+    return text.strip(_JS_WHITESPACE)
+
+
+def cut_echo(text: str) -> str:
+    """Cuts echoed guest text to :data:`ECHO_MAX_CHARS` code points."""
+    return text[:ECHO_MAX_CHARS]
+
+
+def is_json_primitive(value: object) -> bool:
+    """Tells whether ``value`` is a string, a finite number, a boolean or ``None``."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    return isinstance(value, float) and math.isfinite(value)
+
+
+def _string_text(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        escaped = _SHORT_ESCAPES.get(ch)
+        if escaped is not None:
+            out.append(escaped)
+        elif ch < "\x20" or "\ud800" <= ch <= "\udfff":
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _number_text(value: int | float) -> str:
+    """Formats a number like ECMAScript's ``Number.prototype.toString``."""
+    if isinstance(value, int):
+        return str(value)
+    if not math.isfinite(value):
+        return "null"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    text = repr(abs(value))
+    mantissa, _, exp_text = text.partition("e")
+    exponent = int(exp_text) if exp_text else 0
+    integer, _, fraction = mantissa.partition(".")
+    raw = integer + fraction
+    stripped = raw.lstrip("0")
+    # The value is 0.<digits> * 10**point.
+    point = len(integer) + exponent - (len(raw) - len(stripped))
+    digits = stripped.rstrip("0") or "0"
+    k = len(digits)
+    if k <= point <= 21:
+        body = digits + "0" * (point - k)
+    elif 0 < point <= 21:
+        body = digits[:point] + "." + digits[point:]
+    elif -6 < point <= 0:
+        body = "0." + "0" * (-point) + digits
+    else:
+        e = point - 1
+        exp_part = f"e{'+' if e > 0 else '-'}{abs(e)}"
+        body = (digits if k == 1 else digits[0] + "." + digits[1:]) + exp_part
+    return sign + body
+
+
+def compact_json(value: Any) -> str:
+    """Serialises a JSON value as compact JSON (SPEC §0.3 item 2), like ``JSON.stringify``.
+
+    Non-ASCII characters stay as they are, lone surrogates become ``\\uXXXX`` escapes and
+    numbers are written as JavaScript writes them (``1.0`` is ``1``).
+
+    Args:
+        value: A JSON-like value: dict with string keys, list or tuple, str, int, float,
+            bool or ``None``.
+
+    Returns:
+        The compact JSON text.
+
+    Raises:
+        TypeError: ``value`` holds something that is not JSON-like.
+    """
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return _string_text(value)
+    if isinstance(value, (int, float)):
+        return _number_text(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(compact_json(item) for item in value) + "]"
+    if isinstance(value, dict):
+        parts = []
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"JSON object keys must be strings, not {type(key).__name__}")
+            parts.append(_string_text(key) + ":" + compact_json(item))
+        return "{" + ",".join(parts) + "}"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")

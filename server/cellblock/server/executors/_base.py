@@ -1,0 +1,94 @@
+"""The executor seam: how the host starts, watches and destroys cells.
+
+An executor turns a :class:`CellSpec` into a running cell whose guest agent
+attaches to the given bridge socket. Executors never fall back to one another:
+if the configured one cannot start a cell, the leg fails with
+``runtime_unavailable`` (SPEC §15 item 5).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+
+class CellStartError(Exception):
+    """A cell could not be started; the message is the reason for [R11]."""
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """What one cell needs.
+
+    Attributes:
+        cell_id: Unique id of the cell (``cell_`` plus 16 hex digits).
+        bridge_dir: Host path of the cell's private socket directory; the
+            cell's only mount.
+        cell_token: The one-time bridge token.
+        memory_limit_bytes: The run's engine heap limit in bytes; the
+            container's own memory limit is derived from it.
+    """
+
+    cell_id: str
+    bridge_dir: str
+    cell_token: str
+    memory_limit_bytes: int
+
+
+class Cell(abc.ABC):
+    """A started cell."""
+
+    cell_id: str
+    #: Human-readable identity of what runs the cell (container id, pid).
+    runtime_id: str
+
+    @abc.abstractmethod
+    async def wait(self) -> int:
+        """Waits until the cell exits and returns its exit code."""
+
+    @abc.abstractmethod
+    async def kill(self) -> None:
+        """Stops the cell at once. Idempotent."""
+
+    @abc.abstractmethod
+    async def remove(self) -> None:
+        """Kills the cell if needed and removes every trace of it. Idempotent."""
+
+
+class Executor(abc.ABC):
+    """Starts cells.
+
+    Attributes:
+        name: Configuration name of the executor (``docker``, ``process``).
+        cells_started: Cells started since the executor was created; tests use
+            it to assert that a rejection started no cell.
+    """
+
+    name: str = ""
+
+    def __init__(self) -> None:
+        self.cells_started = 0
+
+    @property
+    @abc.abstractmethod
+    def cell_uid(self) -> int:
+        """The uid the cell's agent runs as (owner of the bridge socket)."""
+
+    @abc.abstractmethod
+    async def check(self) -> None:
+        """Verifies that cells can start (engine reachable, image present).
+
+        Raises:
+            CellStartError: With the reason they cannot.
+        """
+
+    @abc.abstractmethod
+    async def start(self, spec: CellSpec) -> Cell:
+        """Starts one cell.
+
+        Raises:
+            CellStartError: The cell could not be started.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases executor resources."""

@@ -1,0 +1,222 @@
+"""The Docker executor: one locked-down container per cell (DESIGN.md §3, §4).
+
+Every cell container gets all of the lockdown below; there is no switch that
+turns any of it off. Blocking Docker SDK calls run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Executor
+
+#: uid:gid of the cell user baked into the image (sandbox-image/Dockerfile).
+CELL_UID = 65532
+#: Where the cell's socket directory is mounted inside the container.
+CELL_BRIDGE_MOUNT = "/run/cellblock"
+CELL_LABEL = "io.cellblock.cell"
+_REPO_ROOT = Path(__file__).resolve().parents[4]
+DEFAULT_SECCOMP_PROFILE = _REPO_ROOT / "sandbox-image" / "seccomp.json"
+
+
+@dataclass(frozen=True)
+class DockerExecutorConfig:
+    """Settings of the Docker executor.
+
+    Attributes:
+        image: The cell image (built by ``make image``).
+        runtime: OCI runtime name, e.g. ``runsc`` for gVisor; ``None`` uses the
+            engine's default (runc). A named runtime that the engine lacks
+            fails closed with ``runtime_unavailable``.
+        seccomp_profile: Path of the cell's seccomp profile (JSON). Missing
+            fails closed.
+        nano_cpus: CPU quota in billionths of a CPU (1e9 = one core).
+        pids_limit: Most processes and threads in the container.
+        overhead_memory_bytes: Memory above the engine heap limit for the
+            guest agent (Python, wasmtime, grpcio), in bytes. The container's
+            memory limit (swap included) is heap limit + this.
+        docker_base_url: Docker Engine API address; ``None`` uses the
+            environment (DOCKER_HOST or the local socket).
+    """
+
+    image: str = "cellblock-cell:dev"
+    runtime: str | None = None
+    seccomp_profile: Path = DEFAULT_SECCOMP_PROFILE
+    nano_cpus: int = 1_000_000_000
+    pids_limit: int = 64
+    overhead_memory_bytes: int = 192 * 1024 * 1024
+    docker_base_url: str | None = None
+    extra_labels: dict[str, str] = field(default_factory=dict)
+
+
+def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json: str) -> dict[str, Any]:
+    """Returns the docker-py ``containers.create`` options for one cell.
+
+    The mapping is one-to-one with DESIGN.md §3's container row: no network,
+    read-only root, non-root user, no capabilities, no-new-privileges, the
+    cell's own seccomp profile, pids/memory (swap included)/CPU limits, no
+    host environment, no devices, private IPC, and the cell's socket
+    directory as the only mount.
+    """
+    memory = spec.memory_limit_bytes + config.overhead_memory_bytes
+    options: dict[str, Any] = {
+        "image": config.image,
+        "name": f"cellblock-{spec.cell_id}",
+        "detach": True,
+        "network_mode": "none",
+        "read_only": True,
+        "user": f"{CELL_UID}:{CELL_UID}",
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true", f"seccomp={seccomp_json}"],
+        "pids_limit": config.pids_limit,
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "nano_cpus": config.nano_cpus,
+        "ipc_mode": "private",
+        "environment": {
+            "CELLBLOCK_BRIDGE_SOCKET": f"{CELL_BRIDGE_MOUNT}/bridge.sock",
+            "CELLBLOCK_CELL_TOKEN": spec.cell_token,
+        },
+        "volumes": {spec.bridge_dir: {"bind": CELL_BRIDGE_MOUNT, "mode": "rw"}},
+        "labels": {CELL_LABEL: spec.cell_id, **config.extra_labels},
+        "devices": [],
+        "init": False,
+    }
+    if config.runtime:
+        options["runtime"] = config.runtime
+    return options
+
+
+class DockerCell(Cell):
+    """A cell container."""
+
+    def __init__(self, executor: DockerExecutor, container: Any, cell_id: str) -> None:
+        self._executor = executor
+        self._container = container
+        self.cell_id = cell_id
+        self.runtime_id = container.id[:12]
+        self._removed = False
+
+    async def wait(self) -> int:
+        result = await asyncio.to_thread(self._container.wait)
+        return int(result.get("StatusCode", -1))
+
+    async def kill(self) -> None:
+        try:
+            await asyncio.to_thread(self._container.kill)
+        except docker.errors.APIError:
+            pass
+
+    async def remove(self) -> None:
+        if self._removed:
+            return
+        self._removed = True
+        try:
+            await asyncio.to_thread(self._container.remove, force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+class DockerExecutor(Executor):
+    """Starts each cell as a locked-down Docker container."""
+
+    name = "docker"
+
+    def __init__(self, config: DockerExecutorConfig | None = None) -> None:
+        super().__init__()
+        self.config = config or DockerExecutorConfig()
+        self._client: Any = None
+        self._seccomp_json: str | None = None
+
+    @property
+    def cell_uid(self) -> int:
+        return CELL_UID
+
+    def _docker(self) -> Any:
+        if self._client is None:
+            if self.config.docker_base_url:
+                self._client = docker.DockerClient(base_url=self.config.docker_base_url)
+            else:
+                self._client = docker.from_env()
+        return self._client
+
+    def _profile(self) -> str:
+        if self._seccomp_json is None:
+            path = Path(self.config.seccomp_profile)
+            try:
+                self._seccomp_json = json.dumps(json.loads(path.read_text("utf-8")), separators=(",", ":"))
+            except (OSError, ValueError) as exc:
+                raise CellStartError(f"the cell seccomp profile {path} cannot be read ({exc.__class__.__name__})") from None
+        return self._seccomp_json
+
+    def _check_sync(self) -> None:
+        self._profile()
+        try:
+            client = self._docker()
+            client.ping()
+        except Exception as exc:  # noqa: BLE001 - any failure means no engine
+            self._client = None
+            raise CellStartError(f"the Docker engine is not reachable ({exc.__class__.__name__})") from None
+        try:
+            client.images.get(self.config.image)
+        except docker.errors.ImageNotFound:
+            raise CellStartError(f"the cell image {self.config.image} is not present; build it with `make image`") from None
+        except docker.errors.APIError as exc:
+            raise CellStartError(f"the Docker engine refused the image lookup ({exc.__class__.__name__})") from None
+        if self.config.runtime:
+            runtimes = client.info().get("Runtimes", {})
+            if self.config.runtime not in runtimes:
+                raise CellStartError(f"the OCI runtime {self.config.runtime} is not configured in the Docker engine")
+
+    async def check(self) -> None:
+        await asyncio.to_thread(self._check_sync)
+
+    def image_build_id(self) -> str:
+        """Returns the image's content id, which ties snapshots to a build."""
+        image = self._docker().images.get(self.config.image)
+        return str(image.id)
+
+    def _start_sync(self, spec: CellSpec) -> DockerCell:
+        options = container_options(self.config, spec, self._profile())
+        try:
+            client = self._docker()
+            container = client.containers.create(**options)
+        except docker.errors.ImageNotFound:
+            raise CellStartError(f"the cell image {self.config.image} is not present; build it with `make image`") from None
+        except Exception as exc:  # noqa: BLE001 - engine unreachable or refused
+            raise CellStartError(f"the Docker engine could not create the cell ({_short(exc)})") from None
+        cell = DockerCell(self, container, spec.cell_id)
+        try:
+            container.start()
+        except Exception as exc:  # noqa: BLE001
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+            raise CellStartError(f"the Docker engine could not start the cell ({_short(exc)})") from None
+        return cell
+
+    async def start(self, spec: CellSpec) -> Cell:
+        self.cells_started += 1
+        return await asyncio.to_thread(self._start_sync, spec)
+
+    def list_cell_containers(self) -> list[str]:
+        """Returns the ids of every container this service labelled as a cell."""
+        return [c.id for c in self._docker().containers.list(all=True, filters={"label": CELL_LABEL})]
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await asyncio.to_thread(self._client.close)
+            self._client = None
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
+    return text[:200]

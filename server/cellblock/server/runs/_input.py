@@ -1,0 +1,175 @@
+"""Validation of the model's ``exec`` and ``wait`` arguments (SPEC §5.1, §5.2 items 1–2).
+
+Both validators take the raw JSON text of the tool-call arguments and never raise
+for bad input: they return either the validated value or an :class:`InputFailure`
+carrying the exact [E..]/[W..] message. No cell starts and nothing is dispatched.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from cellblock.server.runs import _messages as m
+
+Language = Literal["javascript", "typescript"]
+"""A cell language."""
+
+_KNOWN_LANGUAGES: tuple[str, ...] = ("javascript", "typescript")
+
+
+@dataclass(frozen=True)
+class InputFailure:
+    """A refusal in the ``input`` phase.
+
+    The caller turns it into a ``failed`` result with ``failurePhase: "input"``,
+    ``bridgeDispatchStarted: false`` and empty output.
+    """
+
+    message: str
+    """The exact model-facing message (one of §14.1 or §14.2)."""
+
+    code: Literal["invalid_input"] = "invalid_input"
+    """The error code; always ``"invalid_input"``."""
+
+
+@dataclass(frozen=True)
+class ValidatedExec:
+    """The accepted arguments of one ``exec`` call."""
+
+    source: str
+    """The program text exactly as given (``command`` when it counts, else ``code``)."""
+
+    language: Language
+    """The cell language after defaulting."""
+
+    restart_safe: bool
+    """Effective restartSafe: the runtime's force flag or the model's ``restartSafe: true``."""
+
+
+def _is_js_space(ch: str) -> bool:
+    # ECMAScript WhiteSpace and LineTerminator, as used by String.prototype.trim.
+    return ch in "\t\n\v\f\r \u00a0\ufeff\u2028\u2029" or unicodedata.category(ch) == "Zs"
+
+
+def js_trim(text: str) -> str:
+    """Trims ``text`` like ECMAScript ``String.prototype.trim``.
+
+    Args:
+        text: Any string.
+
+    Returns:
+        ``text`` without leading and trailing ECMAScript white space and line
+        terminators.
+    """
+    start, end = 0, len(text)
+    while start < end and _is_js_space(text[start]):
+        start += 1
+    while end > start and _is_js_space(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"not JSON: {name}")
+
+
+def parse_json_object(arguments_json: str) -> dict[str, Any] | None:
+    """Parses strict JSON text and returns it when it is an object.
+
+    Args:
+        arguments_json: The raw arguments text of a tool call.
+
+    Returns:
+        The object as a dict (the last of duplicate keys wins), or ``None`` when the
+        text is not valid JSON (``NaN``/``Infinity`` literals included) or not an
+        object.
+    """
+    try:
+        value = json.loads(arguments_json, parse_constant=_reject_constant)
+    except (ValueError, RecursionError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _counts(value: Any) -> bool:
+    return isinstance(value, str) and js_trim(value) != ""
+
+
+def validate_exec(
+    arguments_json: str,
+    *,
+    enabled: bool | str,
+    languages: Sequence[str],
+    force_restart_safe: bool,
+) -> ValidatedExec | InputFailure:
+    """Validates ``exec`` arguments in the order of SPEC §5.1.
+
+    Args:
+        arguments_json: The raw JSON text of the model's arguments.
+        enabled: The configured ``enabled`` value: ``True``, ``False`` or ``"auto"``.
+        languages: The configured non-empty list of enabled languages, in
+            configuration order.
+        force_restart_safe: ``forceRestartSafe`` from the runtime's start message.
+
+    Returns:
+        The validated source, language and effective restartSafe, or the first
+        failure ([E08], [E01]–[E07]).
+    """
+    if enabled is False:
+        return InputFailure(m.E08)
+    arguments = parse_json_object(arguments_json)
+    if arguments is None:
+        return InputFailure(m.E01)
+    code = arguments.get("code")
+    command = arguments.get("command")
+    code_counts = _counts(code)
+    command_counts = _counts(command)
+    if code_counts and command_counts and code != command:
+        return InputFailure(m.E02)
+    if command_counts:
+        source = command
+    elif code_counts:
+        source = code
+    else:
+        return InputFailure(m.E03)
+    language = arguments.get("language")
+    if language is None:
+        language = "javascript" if "javascript" in languages else languages[0]
+    elif not isinstance(language, str) or language not in _KNOWN_LANGUAGES:
+        return InputFailure(m.E04)
+    if language not in languages:
+        return InputFailure(m.e05(language))
+    if "typecheck" in arguments:
+        return InputFailure(m.E06)
+    restart_safe = arguments.get("restartSafe")
+    if restart_safe is not None and not isinstance(restart_safe, bool):
+        return InputFailure(m.E07)
+    return ValidatedExec(
+        source=source,
+        language=language,  # type: ignore[arg-type]
+        restart_safe=bool(force_restart_safe) or restart_safe is True,
+    )
+
+
+def validate_wait(arguments_json: str) -> str | InputFailure:
+    """Extracts the run id of ``wait`` arguments (SPEC §5.2 items 1–2).
+
+    Args:
+        arguments_json: The raw JSON text of the model's arguments.
+
+    Returns:
+        The trimmed run id (``runId`` when it is a non-blank string, else ``run_id``),
+        or a failure with [W01] (not a JSON object) or [W02] (no usable run id).
+    """
+    arguments = parse_json_object(arguments_json)
+    if arguments is None:
+        return InputFailure(m.W01)
+    for key in ("runId", "run_id"):
+        value = arguments.get(key)
+        if _counts(value):
+            return js_trim(value)
+    return InputFailure(m.W02)

@@ -1,0 +1,551 @@
+"""One leg of a run: a cell, its bridge, and the settle loop (SPEC §10.2–10.4).
+
+A leg owns exactly one cell. It starts it, feeds it the program (or the
+snapshot), answers its bridge requests, forwards nested calls to the runtime,
+enforces the deadline with the host watchdog, and ends with one result. Every
+path out of :meth:`Leg.run` destroys the cell and removes its socket
+directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from cellblock.bridge.v1 import bridge_service_pb2 as bpb
+from cellblock.server.bridge import CellBridge
+from cellblock.server.executors import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.runs import _messages as msg
+from cellblock.server.runs._ports import BridgeReplyError, LegPorts, ToolOutcome
+from cellblock.server.runs._state import PendingRequest, Run
+
+log = structlog.get_logger("cellblock.leg")
+
+WATCHDOG_GRACE_S = 2.0
+ATTACH_TIMEOUT_S = 30.0
+_BRIDGE_ID = re.compile(r"^bridge:([A-Za-z]+):([1-9][0-9]{0,15})$")
+_METHODS = {"search", "describe", "call", "callValue", "namespace", "yield", "timer"}
+_NESTED = {"call", "callValue", "namespace"}
+_CHUNK = 1024 * 1024
+
+
+def min_resume_budget_s(timeout_ms: int) -> float:
+    """SPEC §2.3: ``min(250, max(1, floor(timeoutMs / 2)))`` ms, in seconds."""
+    return min(250, max(1, timeout_ms // 2)) / 1000.0
+
+
+@dataclass
+class LegOutcome:
+    """How a leg ended, before projection into a result object.
+
+    Attributes:
+        status: ``completed``, ``waiting`` or ``failed``.
+        value: The JSON-safe value (completed).
+        code, message, phase: The failure (failed).
+        cell_id: The cell that ran the leg, if one started.
+    """
+
+    status: str
+    value: Any = None
+    code: str = ""
+    message: str = ""
+    phase: str = ""
+    cell_id: str = ""
+    reason: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def failed(code: str, message: str, phase: str = "host", cell_id: str = "") -> LegOutcome:
+    """Builds a failed outcome."""
+    return LegOutcome(status="failed", code=code, message=message, phase=phase, cell_id=cell_id)
+
+
+class Leg:
+    """Runs one leg of ``run`` in a fresh cell.
+
+    Args:
+        run: The run (state persists across legs).
+        executor: Starts the cell.
+        ports: The leg's connection to the runtime (tool calls, output,
+            cancellation) and the catalog.
+        deadline: Absolute ``loop.time()`` of the leg's deadline.
+        socket_base: Host directory for per-cell bridge socket directories.
+        source: The prepared program for an exec leg; ``None`` when resuming.
+        reserve_slot: Called before the run's first dispatch or suspension;
+            returns False when no suspended-run slot is free (SPEC §10.7).
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        executor: Executor,
+        ports: LegPorts,
+        *,
+        deadline: float,
+        socket_base: str,
+        source: str | None,
+        reserve_slot: Callable[[Run], bool],
+        store_suspended: Callable[[Run], Awaitable[None]] | None = None,
+    ) -> None:
+        self.run_ = run
+        self.executor = executor
+        self.ports = ports
+        self.deadline = deadline
+        self.socket_base = socket_base
+        self.source = source
+        self._reserve_slot = reserve_slot
+        self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._bridge: CellBridge | None = None
+        self._cell: Cell | None = None
+        self._suspend_sent = False
+        self._terminal: LegOutcome | None = None
+        #: Output entries accepted in this leg, in production order.
+        self.accepted_output: list[dict[str, Any]] = []
+        self._log = log.bind(run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id, tool_call_id=run.tool_call_id)
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> LegOutcome:
+        """Runs the leg to its end. Never raises for guest or cell failures."""
+        loop = asyncio.get_running_loop()
+        run = self.run_
+        run.legs += 1
+        cell_id = "cell_" + secrets.token_hex(8)
+        self._log = self._log.bind(cell_id=cell_id)
+        try:
+            try:
+                self._bridge = await CellBridge.open(self.socket_base, socket_uid=self.executor.cell_uid)
+            except OSError as exc:
+                return failed("runtime_unavailable", msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
+            spec = CellSpec(cell_id=cell_id, bridge_dir=self._bridge.directory, cell_token=self._bridge.token, memory_limit_bytes=run.limits.memory_limit_bytes)
+            try:
+                self._cell = await self.executor.start(spec)
+            except CellStartError as exc:
+                self._log.error("cell.start_failed", reason=str(exc))
+                return failed("runtime_unavailable", msg.r11(str(exc)))
+            self._log.debug("cell.started", runtime_id=self._cell.runtime_id)
+            outcome = await self._attach_and_drive(loop, cell_id)
+            outcome.cell_id = cell_id
+            return outcome
+        finally:
+            await self._cleanup()
+
+    async def _cleanup(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._cell is not None:
+            try:
+                await self._cell.remove()
+            except Exception as exc:  # noqa: BLE001 - cleanup must go on
+                self._log.error("cell.remove_failed", error=exc.__class__.__name__)
+        if self._bridge is not None:
+            await self._bridge.close()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        self._tasks.append(asyncio.ensure_future(coro))
+
+    async def _pump_inbox(self) -> None:
+        assert self._bridge is not None
+        while True:
+            item = await self._bridge.inbox.get()
+            await self._events.put(("guest", item))
+            if item is None:
+                return
+
+    async def _watch_cell(self) -> None:
+        assert self._cell is not None
+        code = await self._cell.wait()
+        await self._events.put(("exit", code))
+
+    async def _pump_runtime(self) -> None:
+        while True:
+            event = await self.ports.next_event()
+            await self._events.put(event)
+            if event[0] == "cancel":
+                return
+
+    async def _attach_and_drive(self, loop: asyncio.AbstractEventLoop, cell_id: str) -> LegOutcome:
+        assert self._bridge is not None and self._cell is not None
+        run = self.run_
+        self._spawn(self._watch_cell())
+        self._spawn(self._pump_runtime())
+        # Wait for the cell to authenticate, exit, or the caller to cancel.
+        attached = asyncio.ensure_future(self._bridge.attached.wait())
+        self._tasks.append(attached)
+        while not attached.done():
+            get = asyncio.ensure_future(self._events.get())
+            done, _ = await asyncio.wait({attached, get}, timeout=ATTACH_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
+            if get in done:
+                kind, value = get.result()
+                if kind == "exit":
+                    self._log.error("cell.exited_before_attach", exit_code=value)
+                    return failed("runtime_unavailable", msg.r12(value) if value else msg.R13)
+                if kind == "cancel":
+                    return failed("aborted", msg.R07)
+                await self._events.put((kind, value))
+            else:
+                get.cancel()
+                if not done:
+                    return failed("runtime_unavailable", msg.r11("the cell did not attach to its bridge in time"))
+        if run.snapshot is not None and run.engine_build_id and self._bridge.engine_build_id != run.engine_build_id:
+            return failed("runtime_unavailable", msg.R19)
+        run.engine_build_id = self._bridge.engine_build_id
+        self._spawn(self._pump_inbox())
+        remaining_ms = max(1, int((self.deadline - loop.time()) * 1000))
+        start = bpb.Start(
+            run_id=run.run_id,
+            source=self.source or "",
+            limits=bpb.LegLimits(
+                deadline_ms=remaining_ms,
+                memory_limit_bytes=run.limits.memory_limit_bytes,
+                max_pending_tool_calls=run.limits.max_pending_tool_calls,
+                reply_inbox_bytes=self.reply_inbox_bytes,
+                max_output_bytes=run.limits.max_output_bytes,
+                output_spent_bytes=run.budget.spent,
+                output_closed=run.budget.closed,
+            ),
+            catalog_json=json.dumps(self.ports.guest_catalog(), separators=(",", ":"), ensure_ascii=False),
+            bridge_counters=run.bridge_counters,
+            snapshot_bytes=len(run.snapshot) if self.source is None and run.snapshot else 0,
+        )
+        self._bridge.send(bpb.AttachResponse(start=start))
+        if start.snapshot_bytes and run.snapshot is not None:
+            data = run.snapshot
+            for i in range(0, len(data), _CHUNK):
+                self._bridge.send(bpb.AttachResponse(snapshot_chunk=bpb.SnapshotChunk(data=data[i : i + _CHUNK], last=i + _CHUNK >= len(data))))
+            # Deliver what settled while the run was suspended, in completion order.
+        for p in sorted((p for p in run.pending.values() if p.result is not None), key=lambda p: p.settled_at):
+            self._deliver(p)
+        self._dispatch_undispatched()
+        return await self._settle_loop(loop)
+
+    @property
+    def reply_inbox_bytes(self) -> int:
+        """SPEC §2.3: ``min(memoryLimitBytes, maxSnapshotBytes)``."""
+        return min(self.run_.limits.memory_limit_bytes, self.run_.limits.max_snapshot_bytes)
+
+    # ---------------------------------------------------------- settle loop
+    async def _settle_loop(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
+        run = self.run_
+        snapshot_parts: list[bytes] = []
+        kill_at = self.deadline + WATCHDOG_GRACE_S
+        while True:
+            now = loop.time()
+            if now >= self.deadline and not self._suspend_sent and self._host_work():
+                # Waiting for host work at the deadline is not a timeout: park.
+                self._suspend()
+            timeout = (self.deadline - now) if now < self.deadline else (kill_at - now)
+            try:
+                kind, value = await asyncio.wait_for(self._events.get(), timeout=max(0.0, timeout))
+            except asyncio.TimeoutError:
+                if loop.time() >= kill_at:
+                    assert self._cell is not None
+                    await self._cell.kill()
+                    self._log.warning("cell.killed_by_watchdog")
+                    self._abandon_dispatched()
+                    return failed("timeout", msg.r06(run.limits.timeout_ms))
+                continue
+            if kind == "cancel":
+                self._abandon_dispatched()
+                return failed("aborted", msg.R07 if value != "scope" else msg.R08)
+            if kind == "exit":
+                # A clean `end` is always queued before the exit can be seen
+                # unless the cell died; drain what is already queued first.
+                outcome = self._drain_after_exit(value, loop)
+                if outcome is not None:
+                    return outcome
+                continue
+            if kind == "tool_result":
+                self._on_tool_result(value, loop)
+                continue
+            if kind == "timer":
+                p = run.pending.get(value)
+                if p is not None and p.result is None:
+                    p.result = (True, "null", "")
+                    p.settled_at = loop.time()
+                    self._maybe_deliver(p, loop)
+                continue
+            if kind != "guest":
+                continue
+            outcome = self._on_guest(value, snapshot_parts)
+            if self._terminal is not None:
+                self._abandon_dispatched()
+                return self._terminal
+            if outcome is not None:
+                return await outcome
+
+    def _on_guest(self, value: Any, snapshot_parts: list[bytes]) -> Awaitable[LegOutcome] | None:
+        loop = asyncio.get_running_loop()
+        if value is None:
+            # The stream ended; the exit watcher reports how.
+            return None
+        which = value.WhichOneof("message")
+        if which == "request":
+            self._on_request(value.request, loop)
+        elif which == "output":
+            self._on_output(value.output.entry_json)
+        elif which == "snapshot_chunk":
+            snapshot_parts.append(value.snapshot_chunk.data)
+        elif which == "end":
+            return self._on_end(value.end, snapshot_parts, loop)
+        else:
+            self._log.error("bridge.invalid_message", kind=which)
+            self._terminal = failed("internal_error", msg.R17)
+        return None
+
+    def _drain_after_exit(self, code: int, loop: asyncio.AbstractEventLoop) -> LegOutcome | None:
+        run = self.run_
+        if code == 124 or (loop.time() >= self.deadline and not self._suspend_sent):
+            self._abandon_dispatched()
+            self._log.warning("cell.stopped_at_deadline", exit_code=code)
+            return failed("timeout", msg.r05(run.limits.timeout_ms))
+        # Let any queued guest messages (including `end`) be processed first.
+        if not self._events.empty():
+            self._events.put_nowait(("exit", code))
+            return None
+        self._abandon_dispatched()
+        if code == 137 or code < 0:
+            self._log.error("cell.killed", exit_code=code)
+            return failed("runtime_unavailable", msg.r09(run.limits.memory_limit_bytes) if code == 137 else msg.r12(code))
+        self._log.error("cell.exited", exit_code=code)
+        return failed("runtime_unavailable", msg.r12(code) if code else msg.R13)
+
+    def _host_work(self) -> bool:
+        return bool(self.run_.pending)
+
+    def _suspend(self) -> None:
+        assert self._bridge is not None
+        self._suspend_sent = True
+        self._bridge.send(bpb.AttachResponse(suspend=bpb.Suspend()))
+
+    # ---------------------------------------------------------- requests
+    def _reject(self, p: PendingRequest, message: str, provenance: str, code: str = "") -> None:
+        p.result = (False, message, code)
+        p.settled_at = time.monotonic()
+        self.run_.provenance[p.bridge_id] = provenance
+        self._log.warning("bridge.rejected", bridge_id=p.bridge_id, provenance=provenance, reason=message[:200])
+
+    def _on_request(self, req: bpb.GuestRequest, loop: asyncio.AbstractEventLoop) -> None:
+        run = self.run_
+        m = _BRIDGE_ID.match(req.bridge_id)
+        if req.method not in _METHODS:
+            self._log.error("bridge.protocol", message=msg.p01(req.method))
+            return
+        if not m or m.group(1) != req.method:
+            self._log.error("bridge.protocol", message=msg.p02(req.bridge_id))
+            return
+        n = int(m.group(2))
+        if req.bridge_id in run.seen_bridge_ids:
+            self._log.error("bridge.protocol", message=msg.p03(req.bridge_id))
+            return
+        run.seen_bridge_ids.add(req.bridge_id)
+        run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
+        if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
+            # The controller already rejected it; record the provenance.
+            provenance = "input" if req.refusal == bpb.GUEST_REFUSAL_TOO_LARGE else "internal"
+            run.provenance[req.bridge_id] = provenance
+            if req.method in _NESTED:
+                self._count("call")
+            self._log.warning("bridge.refused_by_guest", bridge_id=req.bridge_id, method=req.method, refusal=bpb.GuestRefusal.Name(req.refusal))
+            return
+        try:
+            args = json.loads(req.args_json)
+            if not isinstance(args, list):
+                raise ValueError("arguments are not an array")
+        except ValueError:
+            self._log.error("bridge.invalid_arguments", bridge_id=req.bridge_id)
+            args = []
+        p = PendingRequest(bridge_id=req.bridge_id, method=req.method, args=args)
+        run.pending[p.bridge_id] = p
+        self._handle(p, loop)
+
+    def _count(self, kind: str) -> None:
+        self.run_.counts[kind] += 1
+        self.ports.count(kind)
+
+    def _handle(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
+        run = self.run_
+        args = p.args
+        if p.method == "search":
+            self._count("search")
+            try:
+                value = self.ports.search(args[0] if args else None, args[1] if len(args) > 1 else None)
+                self._resolve(p, value, loop)
+            except BridgeReplyError as exc:
+                self._reject(p, exc.message, exc.provenance, exc.code)
+                self._maybe_deliver(p, loop)
+            return
+        if p.method == "describe":
+            self._count("describe")
+            try:
+                value = self.ports.describe(args[0] if args else None)
+                self._resolve(p, value, loop)
+            except BridgeReplyError as exc:
+                self._reject(p, exc.message, exc.provenance, exc.code)
+                self._maybe_deliver(p, loop)
+            return
+        if p.method == "timer":
+            delay = args[0] if args and isinstance(args[0], int | float) else 0
+            p.dispatched = True
+            p.replay_safe = True
+
+            async def fire() -> None:
+                await asyncio.sleep(max(0.0, float(delay)) / 1000.0)
+                await self._events.put(("timer", p.bridge_id))
+
+            self._spawn(fire())
+            return
+        if p.method == "yield":
+            p.replay_safe = True
+            # A yield parks the leg at once (SPEC §10.4 item 1).
+            if not self._suspend_sent:
+                self._suspend()
+            return
+        # Nested calls.
+        self._count("call")
+        try:
+            entry = self.ports.resolve(p.method, args)
+        except BridgeReplyError as exc:
+            self._reject(p, exc.message, exc.provenance, exc.code)
+            self._maybe_deliver(p, loop)
+            return
+        p.entry = entry
+        self._dispatch(p, loop)
+
+    def _dispatch_undispatched(self) -> None:
+        loop = asyncio.get_running_loop()
+        for p in list(self.run_.pending.values()):
+            if p.method in _NESTED and not p.dispatched and p.entry is not None and p.result is None:
+                self._dispatch(p, loop)
+
+    def _dispatch(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
+        run = self.run_
+        if loop.time() >= self.deadline or self._suspend_sent:
+            return  # held for the next wait (SPEC §10.9 item 3)
+        if not run.holds_slot:
+            if not self._reserve_slot(run):
+                self._terminal = failed("invalid_input", msg.R01)
+                return
+        run.dispatch_started = True
+        p.dispatched = True
+        p.nested_call_id = run.next_nested_call_id()
+        assert p.entry is not None
+        if not p.entry.get("replaySafe"):
+            run.non_replay_safe_dispatched = True
+        self.ports.dispatch(run, p)
+
+    def _resolve(self, p: PendingRequest, value: Any, loop: asyncio.AbstractEventLoop) -> None:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        p.result = (True, text, "")
+        p.settled_at = loop.time()
+        self._maybe_deliver(p, loop)
+
+    def _on_tool_result(self, outcome: ToolOutcome, loop: asyncio.AbstractEventLoop) -> None:
+        run = self.run_
+        p = next((q for q in run.pending.values() if q.nested_call_id == outcome.nested_call_id and q.dispatched), None)
+        if p is None or p.result is not None:
+            return  # unknown, finished or repeated: ignored (SPEC §3.5 item 6)
+        try:
+            value = self.ports.project_result(p, outcome, self.reply_inbox_bytes)
+        except BridgeReplyError as exc:
+            self._reject(p, exc.message, exc.provenance, exc.code)
+            self._maybe_deliver(p, loop)
+            return
+        self._resolve(p, value, loop)
+
+    def _maybe_deliver(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
+        if self._suspend_sent:
+            return
+        if self.deadline - loop.time() < min_resume_budget_s(self.run_.limits.timeout_ms):
+            return  # kept for the next wait
+        self._deliver(p)
+
+    def _deliver(self, p: PendingRequest) -> None:
+        assert self._bridge is not None and p.result is not None
+        ok, payload, code = p.result
+        self.run_.pending.pop(p.bridge_id, None)
+        if ok:
+            settle = bpb.Settle(bridge_id=p.bridge_id, ok_json=payload)
+        else:
+            settle = bpb.Settle(bridge_id=p.bridge_id, error=bpb.BridgeError(message=payload, code=code))
+        self._bridge.send(bpb.AttachResponse(settle=settle))
+
+    def _abandon_dispatched(self) -> None:
+        for p in self.run_.pending.values():
+            if p.dispatched and p.nested_call_id and p.result is None:
+                self.ports.cancel_notice(p.nested_call_id)
+
+    # ---------------------------------------------------------- output/end
+    def _on_output(self, entry_json: str) -> None:
+        try:
+            entry = json.loads(entry_json)
+        except ValueError:
+            self._log.error("bridge.invalid_output")
+            return
+        if self.run_.budget.offer(entry):
+            self.accepted_output.append(entry)
+            self.ports.output(entry)
+
+    async def _on_end(self, end: bpb.LegEnd, snapshot_parts: list[bytes], loop: asyncio.AbstractEventLoop) -> LegOutcome:
+        run = self.run_
+        if end.HasField("omission"):
+            run.budget.record_omitted(end.omission.omitted_entries, end.omission.omitted_bytes, end.omission.first_omitted_content)
+        which = end.WhichOneof("outcome")
+        if which == "completed":
+            try:
+                value = json.loads(end.completed.value_json)
+            except ValueError:
+                self._log.error("bridge.invalid_value")
+                return failed("internal_error", msg.R17)
+            return LegOutcome(status="completed", value=value)
+        if which == "suspended":
+            data = b"".join(snapshot_parts)
+            if len(data) != end.suspended.snapshot_bytes:
+                self._log.error("bridge.snapshot_size_mismatch")
+                return failed("internal_error", msg.R17)
+            if len(data) > run.limits.max_snapshot_bytes:
+                self._abandon_dispatched()
+                self._log.warning("snapshot.too_large", snapshot_bytes=len(data))
+                return failed("snapshot_limit_exceeded", msg.r14(len(data), run.limits.max_snapshot_bytes))
+            if not run.holds_slot and not self._reserve_slot(run):
+                self._abandon_dispatched()
+                return failed("invalid_input", msg.R01)
+            run.snapshot = data
+            run.snapshot_bytes = len(data)
+            reason = "yield" if run.pending and all(p.method == "yield" for p in run.pending.values()) else "pending_tools"
+            return LegOutcome(status="waiting", reason=reason, extra={"raw_bytes": end.suspended.raw_bytes})
+        if which == "failed":
+            self._abandon_dispatched()
+            f = end.failed
+            kind = f.kind
+            if kind == bpb.FAILURE_KIND_GUEST_ERROR:
+                return failed("internal_error", f.message, phase="guest")
+            if kind == bpb.FAILURE_KIND_BRIDGE_REJECTION:
+                provenance = run.provenance.get(f.rejection_bridge_id)
+                if provenance is None:
+                    # Not a rejection the host delivered: a guest-made error.
+                    return failed("internal_error", f.message, phase="guest")
+                return failed("invalid_input" if provenance == "input" else "internal_error", f.message, phase="bridge")
+            if kind == bpb.FAILURE_KIND_UNSETTLEABLE:
+                return failed("internal_error", msg.R04, phase="guest")
+            if kind == bpb.FAILURE_KIND_MEMORY:
+                self._log.error("cell.memory_exhausted")
+                return failed("runtime_unavailable", msg.r09(run.limits.memory_limit_bytes))
+            if kind == bpb.FAILURE_KIND_ENGINE_TRAP:
+                self._log.error("cell.engine_trap", detail=f.message[:200])
+                return failed("runtime_unavailable", msg.R10)
+            if kind == bpb.FAILURE_KIND_INTERRUPTED:
+                self._log.warning("cell.interrupted_at_deadline")
+                return failed("timeout", msg.r05(run.limits.timeout_ms))
+            if kind == bpb.FAILURE_KIND_UNSERIALISABLE:
+                return failed("output_limit_exceeded", msg.r15(f.message))
+        self._log.error("bridge.invalid_end")
+        return failed("internal_error", msg.R17)

@@ -1,0 +1,332 @@
+"""Exact model-facing message texts of SPEC §14.1–14.3 and §14.5 (plus B13, B19, B22).
+
+Every text here is normative: tests compare them byte for byte. Constants are used
+for fixed texts and small functions for texts with placeholders. Echoed guest text
+(`<text>`, `<name>`, `<path>`, `<selector>`, and the `<tool>` of R03) is cut to
+200 characters by :func:`echo`.
+"""
+
+from __future__ import annotations
+
+ECHO_LIMIT = 200
+"""Maximum number of characters of guest text echoed in a message (SPEC §14)."""
+
+
+def echo(text: str) -> str:
+    """Cuts echoed guest text to at most 200 characters.
+
+    Args:
+        text: Text taken from the guest (a path, id, name or selector).
+
+    Returns:
+        The first 200 code points of ``text`` (all of it when shorter).
+    """
+    return text[:ECHO_LIMIT]
+
+
+# §14.1 exec and wait arguments (invalid_input, phase input).
+E01 = "exec input must be a JSON object."
+E02 = "code and command must be identical when both are given; send the program in code."
+E03 = "code must be a non-empty string (command is accepted as an alias)."
+E04 = 'language must be "javascript" or "typescript".'
+E06 = (
+    "type checking is not supported: TypeScript is only type-stripped before it runs. "
+    "Remove the typecheck field."
+)
+E07 = "restartSafe must be true or false."
+E08 = "code mode is disabled on this cellblock service."
+
+
+def e05(language: str) -> str:
+    """Returns [E05] for a language disabled by the ``languages`` setting.
+
+    Args:
+        language: ``"javascript"`` or ``"typescript"``.
+    """
+    return f"{language} cells are disabled by this service's languages setting."
+
+
+W01 = "wait input must be a JSON object."
+W02 = "runId must be a non-empty string."
+W03 = "this run is unknown or has expired; start a new exec instead of waiting."
+W04 = "this run belongs to a different session; only the session that started it can wait on it."
+W05 = (
+    "this run belongs to a different agent run; only the agent run that started it can wait on it."
+)
+W06 = "this run is already being resumed by another wait; let that call return first."
+
+# §14.2 Source preparation (invalid_input, phase input).
+S01 = (
+    "exec runs JavaScript or TypeScript, not shell commands, and this source looks like a shell "
+    "command line. Send a JavaScript program in code (command is only an alias of code); find "
+    "tools with ALL_TOOLS or tools.search and do shell, file or network work through a catalog "
+    "tool with tools.callValue(id, args). Do not resend the same shell text."
+)
+
+PARSER_MESSAGE_LIMIT = 240
+"""Maximum number of characters of the parser message kept in [S02] (SPEC §2.3)."""
+
+S03_CONSTRUCTS = ("enum", "namespace", "parameter property", "import alias", "export =")
+"""The allowed ``<construct>`` values of [S03]."""
+
+
+def s02(line: int, column: int, parser_message: str) -> str:
+    """Returns [S02] for the first syntax error of a source.
+
+    Args:
+        line: 1-based line in the submitted source.
+        column: 1-based column in UTF-16 code units.
+        parser_message: The parser's message; cut here to 240 characters.
+    """
+    message = parser_message[:PARSER_MESSAGE_LIMIT]
+    return (
+        f"SyntaxError at cellblock:user.js:{line}:{column}: {message}. "
+        "No tools were called; fix the source and send it again."
+    )
+
+
+def s03(line: int, column: int, construct: str) -> str:
+    """Returns [S03] for TypeScript that needs code generation.
+
+    Args:
+        line: 1-based line in the submitted source.
+        column: 1-based column in UTF-16 code units.
+        construct: One of :data:`S03_CONSTRUCTS`.
+
+    Raises:
+        ValueError: ``construct`` is not one of :data:`S03_CONSTRUCTS`.
+    """
+    if construct not in S03_CONSTRUCTS:
+        raise ValueError(f"unknown S03 construct: {construct!r}")
+    return (
+        f"TypeScript at cellblock:user.js:{line}:{column} needs code generation ({construct}), "
+        "but cellblock only removes types. No tools were called; rewrite it as plain JavaScript "
+        "and send it again."
+    )
+
+
+S04 = (
+    "module access is disabled: cells cannot use import, export, import(), import.meta or "
+    "require(). No tools were called; use tools or the MCP namespace instead."
+)
+
+# §14.3 Run outcomes.
+SUSPENDED_RUN_CAP = 64
+"""Suspended-run cap per service instance (SPEC §2.3), quoted by [R01]."""
+
+R01 = (
+    "too many runs are suspended or waiting on tools on this cellblock instance (limit 64); "
+    "finish waiting runs before starting new ones."
+)
+R02 = (
+    "restartSafe runs cannot call MCP namespace tools; nothing was called. "
+    "Run it again without restartSafe."
+)
+
+
+def r03(tool: str) -> str:
+    """Returns [R03] for a restart-safe run that asked for a non-replay-safe call.
+
+    Args:
+        tool: The requested id text, or the guest path of a namespace call; cut to
+            200 characters.
+    """
+    return (
+        f'restartSafe runs may only make replay-safe read calls, and "{echo(tool)}" is not '
+        "replay-safe; nothing was called. Run it again without restartSafe."
+    )
+
+
+R04 = (
+    "the program's result can never settle: its promise is still pending, but no tool call, "
+    "timer or yield is outstanding."
+)
+
+
+def r05(timeout_ms: int) -> str:
+    """Returns [R05] for a guest still computing at the leg's deadline.
+
+    Args:
+        timeout_ms: The run's ``timeoutMs`` in milliseconds.
+    """
+    return (
+        f"timeout exceeded: the program was still running when its {timeout_ms} ms budget "
+        "ran out."
+    )
+
+
+def r06(timeout_ms: int) -> str:
+    """Returns [R06] for a cell killed by the watchdog.
+
+    Args:
+        timeout_ms: The run's ``timeoutMs`` in milliseconds.
+    """
+    return (
+        f"timeout exceeded: the cell did not stop within {timeout_ms} ms plus 2000 ms grace "
+        "and was killed."
+    )
+
+
+R07 = "execution aborted by the caller; the cell was stopped and this run cannot be resumed."
+R08 = "execution aborted because the session's runs were closed; this run cannot be resumed."
+
+
+def r09(memory_limit_bytes: int) -> str:
+    """Returns [R09] for a cell that ran out of memory.
+
+    Args:
+        memory_limit_bytes: The run's ``memoryLimitBytes`` in bytes.
+    """
+    return (
+        f"cell memory exhausted: the program needed more than its {memory_limit_bytes}-byte "
+        "limit. Page through large tool results or keep less data in the cell. Tool calls that "
+        "already ran were not undone; check them before retrying."
+    )
+
+
+R10 = (
+    "cell engine stopped: recursion exhausted the engine's native stack. Use less recursion, "
+    "for example a loop. Tool calls that already ran were not undone; check them before retrying."
+)
+
+
+def r11(reason: str) -> str:
+    """Returns [R11] for a cell that cannot start.
+
+    Args:
+        reason: Short host-side reason (not guest text), without a final period.
+    """
+    return f"cell runtime unavailable: {reason}."
+
+
+def r12(exit_code: int) -> str:
+    """Returns [R12] for a cell that exited with a non-zero code.
+
+    Args:
+        exit_code: The container's exit code.
+    """
+    return f"cell runtime unavailable: the cell exited with code {exit_code}."
+
+
+R13 = "cell runtime unavailable: the cell exited with code 0 before returning a result."
+
+
+def r14(snapshot_bytes: int, max_snapshot_bytes: int) -> str:
+    """Returns [R14] for a snapshot over ``maxSnapshotBytes``.
+
+    Args:
+        snapshot_bytes: Size of the serialised VM in bytes.
+        max_snapshot_bytes: The run's ``maxSnapshotBytes`` in bytes.
+    """
+    return (
+        f"snapshot limit exceeded: the suspended program needs {snapshot_bytes} bytes, more "
+        f"than maxSnapshotBytes ({max_snapshot_bytes}). Keep less data alive across awaits."
+    )
+
+
+def r15(reason: str) -> str:
+    """Returns [R15] for a final value that cannot be serialised.
+
+    Args:
+        reason: Short reason, such as ``"nesting is too deep"``.
+    """
+    return (
+        "output limit exceeded: the return value could not be serialised into a bounded "
+        f"result ({reason})."
+    )
+
+
+R16 = "the run could not be suspended because its expiry time cannot be represented."
+R17 = "internal error: the cell sent an invalid response."
+
+
+def r18(reason: str) -> str:
+    """Returns [R18] for a snapshot that could not be restored.
+
+    Args:
+        reason: Short host-side reason.
+    """
+    return f"cell runtime unavailable: the suspended program could not be restored ({reason})."
+
+
+R19 = (
+    "cell runtime unavailable: the suspended program was made by a different cell image and "
+    "cannot be restored here."
+)
+
+# §14.4 Host replies owned by the runs package.
+
+
+def b13(max_pending_tool_calls: int) -> str:
+    """Returns [B13] for a request over the pending cap.
+
+    Args:
+        max_pending_tool_calls: The run's ``maxPendingToolCalls``.
+    """
+    return (
+        f"too many pending host calls (limit {max_pending_tool_calls}); await some before "
+        "starting more."
+    )
+
+
+def b19(tool_id: str) -> str:
+    """Returns [B19] for a nested call cancelled before it returned.
+
+    Args:
+        tool_id: The resolved catalog id, or the guest path of a namespace call; cut to
+            200 characters.
+    """
+    return f'Tool "{echo(tool_id)}" was cancelled before it returned.'
+
+
+def b22(method: str, request_bytes: int, inbox_bytes: int) -> str:
+    """Returns [B22] for a bridge request whose arguments exceed the reply inbox.
+
+    Args:
+        method: The bridge method, such as ``"callValue"``.
+        request_bytes: Size of the request's compact JSON arguments in bytes.
+        inbox_bytes: The reply inbox size in bytes (SPEC §2.3).
+    """
+    return (
+        f"this {method} request is {request_bytes} bytes, more than the bridge accepts "
+        f"({inbox_bytes} bytes); send less data."
+    )
+
+
+# §14.5 Bridge protocol (logged as errors; the request is rejected).
+
+
+def p01(method: str) -> str:
+    """Returns [P01] for an unsupported bridge method.
+
+    Args:
+        method: The method text sent by the guest; cut to 200 characters.
+    """
+    return f"unsupported bridge method: {echo(method)}"
+
+
+def p02(bridge_id: str) -> str:
+    """Returns [P02] for a malformed bridge id.
+
+    Args:
+        bridge_id: The id text sent by the guest; cut to 200 characters.
+    """
+    return f"invalid bridge id: {echo(bridge_id)}"
+
+
+def p03(bridge_id: str) -> str:
+    """Returns [P03] for a reused bridge id.
+
+    Args:
+        bridge_id: The id text sent by the guest; cut to 200 characters.
+    """
+    return f"duplicate bridge id: {echo(bridge_id)}"
+
+
+def p04(path: str) -> str:
+    """Returns [P04] for an unknown namespace path.
+
+    Args:
+        path: The guest path; cut to 200 characters.
+    """
+    return f"unknown namespace path: {echo(path)}"

@@ -1,0 +1,394 @@
+"""The host's layer of the run output budget (SPEC §9) and host-side JSON safety (§8.8).
+
+Sizes are UTF-8 byte lengths of compact JSON (SPEC §0.3 item 2): no insignificant
+white space, non-ASCII characters as UTF-8, lone surrogates as ``\\uXXXX``, and
+numbers written as ECMAScript's ``Number::toString`` writes them. A lone surrogate
+counts 3 bytes wherever raw text is measured (an error text, a prefix), and is
+never replaced by U+FFFD.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+GUIDANCE = "Output truncated; rerun with narrower arguments or return less data."
+"""The ``guidance`` text of every truncation marker (SPEC §9 rule 5)."""
+
+ERROR_TRUNCATED = "[error truncated]"
+"""The suffix of a truncated error, or the whole error when nothing else fits (rule 7)."""
+
+MARKER_RESERVE = 256
+"""``K``: bytes of the entry channel kept free for a truncation marker (SPEC §2.3)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class NotSerializableError(ValueError):
+    """A value cannot be written as compact JSON (for example, nesting too deep)."""
+
+
+def _js_number(value: float) -> str:
+    """Formats a finite float like ECMAScript ``Number::toString``."""
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    text = repr(abs(value))
+    mantissa, _, exponent_text = text.partition("e")
+    exponent = int(exponent_text) if exponent_text else 0
+    integer_part, _, fraction = mantissa.partition(".")
+    all_digits = integer_part + fraction
+    stripped = all_digits.lstrip("0")
+    leading_zeros = len(all_digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    point = len(integer_part) + exponent - leading_zeros
+    k = len(digits)
+    if k <= point <= 21:
+        body = digits + "0" * (point - k)
+    elif 0 < point <= 21:
+        body = digits[:point] + "." + digits[point:]
+    elif -6 < point <= 0:
+        body = "0." + "0" * (-point) + digits
+    else:
+        e = point - 1
+        body = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e > 0 else "-")
+        body += str(abs(e))
+    return sign + body
+
+
+def _string(text: str) -> str:
+    out = json.dumps(text, ensure_ascii=False)
+    if _SURROGATE.search(out):
+        out = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", out)
+    return out
+
+
+def _write(value: Any, parts: list[str]) -> None:
+    if value is None:
+        parts.append("null")
+    elif value is True:
+        parts.append("true")
+    elif value is False:
+        parts.append("false")
+    elif isinstance(value, str):
+        parts.append(_string(value))
+    elif isinstance(value, int):
+        parts.append(str(value))
+    elif isinstance(value, float):
+        parts.append(_js_number(value) if math.isfinite(value) else "null")
+    elif isinstance(value, Mapping):
+        parts.append("{")
+        first = True
+        for key, item in value.items():
+            if not first:
+                parts.append(",")
+            first = False
+            parts.append(_string(str(key)))
+            parts.append(":")
+            _write(item, parts)
+        parts.append("}")
+    elif isinstance(value, (list, tuple)):
+        parts.append("[")
+        for index, item in enumerate(value):
+            if index:
+                parts.append(",")
+            _write(item, parts)
+        parts.append("]")
+    else:
+        raise NotSerializableError(f"not a JSON value: {type(value).__name__}")
+
+
+def compact_json(value: Any) -> str:
+    """Writes a JSON value as compact JSON (SPEC §0.3 item 2).
+
+    Args:
+        value: A JSON value made of dicts (string keys, insertion order), lists, strings,
+            ints, floats, booleans and ``None``. Non-finite floats are written as
+            ``null``.
+
+    Returns:
+        The compact JSON text. Lone surrogates appear as lower-case ``\\uXXXX``.
+
+    Raises:
+        NotSerializableError: ``value`` holds a non-JSON type or is nested too deeply.
+    """
+    parts: list[str] = []
+    try:
+        _write(value, parts)
+    except RecursionError:
+        raise NotSerializableError("nesting is too deep for the serialiser") from None
+    return "".join(parts)
+
+
+def utf8_size(text: str) -> int:
+    """Returns the UTF-8 byte length of ``text`` (a lone surrogate counts 3 bytes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def json_size(value: Any) -> int:
+    """Returns the byte length of the compact JSON of ``value`` (SPEC §9 rule 1)."""
+    return utf8_size(compact_json(value))
+
+
+def entry_size(entry: Mapping[str, Any]) -> int:
+    """Returns the size of an output entry: the bytes of its compact JSON."""
+    return json_size(entry)
+
+
+def utf8_prefix(text: str, max_bytes: int) -> str:
+    """Returns the longest prefix of ``text`` that is at most ``max_bytes`` UTF-8 bytes.
+
+    The cut never splits a character, so no U+FFFD is ever produced.
+
+    Args:
+        text: Any string.
+        max_bytes: Byte budget; values below 0 count as 0.
+    """
+    if max_bytes <= 0:
+        return ""
+    if len(text) <= max_bytes and utf8_size(text) <= max_bytes:
+        return text
+    used = 0
+    for index, ch in enumerate(text):
+        code = ord(ch)
+        size = 1 if code < 0x80 else 2 if code < 0x800 else 3 if code < 0x10000 else 4
+        if used + size > max_bytes:
+            return text[:index]
+        used += size
+    return text
+
+
+def _utf8_cut_points(text: str) -> list[int]:
+    """Returns the cumulative UTF-8 byte length after each character of ``text``."""
+    points = [0]
+    used = 0
+    for ch in text:
+        code = ord(ch)
+        used += 1 if code < 0x80 else 2 if code < 0x800 else 3 if code < 0x10000 else 4
+        points.append(used)
+    return points
+
+
+def _longest_fitting_prefix(
+    content: str, make: Any, fits: Any
+) -> tuple[dict[str, Any], bool]:
+    """Binary-searches the longest prefix whose marker fits.
+
+    ``make(prefix, prefix_bytes)`` builds a marker and ``fits(size)`` tells whether a
+    marker of that size fits; marker size never shrinks as the prefix grows.
+    Returns the marker and whether it fits (the empty-prefix marker is returned when
+    nothing fits).
+    """
+    points = _utf8_cut_points(content)
+    low, high = 0, len(content)
+    if not fits(json_size(make("", 0))):
+        return make("", 0), False
+    while low < high:
+        middle = (low + high + 1) // 2
+        if fits(json_size(make(content[:middle], points[middle]))):
+            low = middle
+        else:
+            high = middle - 1
+    return make(content[:low], points[low]), True
+
+
+class OutputBudget:
+    """One run's output budget, shared by all of its legs (SPEC §9 rules 3–8, 11).
+
+    ``B`` is ``max_output_bytes``; ``R = floor(B / 4)`` is kept for the final value or
+    error; entries may use ``C = B − R`` bytes, of which ``K = 256`` stay free for a
+    truncation marker. The instance holds at most one omitted entry's content (cut to
+    ``C`` bytes) besides counters, so it never holds more than ``B`` bytes of output.
+    """
+
+    def __init__(self, max_output_bytes: int) -> None:
+        """Creates an empty budget.
+
+        Args:
+            max_output_bytes: ``B``, the run's ``maxOutputBytes`` in bytes (positive).
+
+        Raises:
+            ValueError: ``max_output_bytes`` is not positive.
+        """
+        if max_output_bytes <= 0:
+            raise ValueError("max_output_bytes must be positive")
+        self.max_output_bytes = max_output_bytes
+        self.reserve = max_output_bytes // 4
+        self.entry_capacity = max_output_bytes - self.reserve
+        self.spent = 0
+        self.closed = False
+        self._leg_omitted_entries = 0
+        self._leg_omitted_bytes = 0
+        self._leg_first_content: str | None = None
+
+    def remaining_allowance(self) -> int:
+        """Returns the entry allowance handed to the cell at a leg start.
+
+        Returns:
+            ``C − spent`` in bytes while the channel is open, else 0 (so the cell
+            omits every entry). The cell keeps ``K`` of it free as the host does.
+        """
+        if self.closed:
+            return 0
+        return max(0, self.entry_capacity - self.spent)
+
+    def offer(self, entry: Mapping[str, Any]) -> bool:
+        """Offers one output entry as it is produced (rule 4).
+
+        Args:
+            entry: ``{"type": "text", "text": str}`` or ``{"type": "json", "value": v}``
+                with a JSON-safe value.
+
+        Returns:
+            True when the entry is accepted whole (the caller forwards it); False when
+            it is omitted, which closes the channel for the rest of the run.
+        """
+        size = entry_size(entry)
+        if not self.closed and self.spent + size + MARKER_RESERVE <= self.entry_capacity:
+            self.spent += size
+            return True
+        self.closed = True
+        self._leg_omitted_entries += 1
+        self._leg_omitted_bytes += size
+        if self._leg_first_content is None:
+            if entry.get("type") == "text":
+                content = str(entry.get("text", ""))
+            else:
+                content = compact_json(entry.get("value"))
+            self._leg_first_content = utf8_prefix(content, self.entry_capacity)
+        return False
+
+    def end_leg(self) -> list[dict[str, Any]]:
+        """Closes the current leg and returns the markers to append to its ``output``.
+
+        Returns:
+            An empty list when the leg omitted nothing; otherwise one marker
+            ``{type, truncated, omittedBytes, omittedEntries, guidance, prefix}``
+            (rule 5), whose size is added to ``spent``.
+        """
+        if self._leg_omitted_entries == 0:
+            return []
+        omitted_entries = self._leg_omitted_entries
+        omitted_bytes = self._leg_omitted_bytes
+        content = self._leg_first_content or ""
+        self._leg_omitted_entries = 0
+        self._leg_omitted_bytes = 0
+        self._leg_first_content = None
+
+        def make(prefix: str, prefix_bytes: int) -> dict[str, Any]:
+            return {
+                "type": "truncated",
+                "truncated": True,
+                "omittedBytes": omitted_bytes - prefix_bytes,
+                "omittedEntries": omitted_entries,
+                "guidance": GUIDANCE,
+                "prefix": prefix,
+            }
+
+        spent = self.spent
+        marker, _ = _longest_fitting_prefix(
+            content, make, lambda size: spent + size <= self.entry_capacity
+        )
+        self.spent += json_size(marker)
+        return [marker]
+
+    def final_allowance(self) -> int:
+        """Returns ``max(0, B − spent)``: the bytes left for the final value or error."""
+        return max(0, self.max_output_bytes - self.spent)
+
+    def final_value(self, value: Any) -> Any:
+        """Projects the final value into the remaining budget (rule 6).
+
+        Args:
+            value: The JSON-safe final value.
+
+        Returns:
+            ``value`` itself when its compact JSON fits the allowance, otherwise
+            ``{truncated, omittedBytes, guidance, prefix}`` with the longest UTF-8-safe
+            prefix of the value's compact JSON that keeps the marker within it.
+
+        Raises:
+            NotSerializableError: The value cannot be serialised (the caller fails the
+                run with [R15]).
+        """
+        text = compact_json(value)
+        size = utf8_size(text)
+        allowance = self.final_allowance()
+        if size <= allowance:
+            return value
+
+        def make(prefix: str, prefix_bytes: int) -> dict[str, Any]:
+            return {
+                "truncated": True,
+                "omittedBytes": size - prefix_bytes,
+                "guidance": GUIDANCE,
+                "prefix": prefix,
+            }
+
+        marker, _ = _longest_fitting_prefix(
+            utf8_prefix(text, allowance), make, lambda marker_size: marker_size <= allowance
+        )
+        return marker
+
+    def final_error(self, error: str) -> str:
+        """Projects a failed run's error text into the remaining budget (rule 7).
+
+        Args:
+            error: The full error text.
+
+        Returns:
+            ``error`` when it fits the allowance; else its longest UTF-8-safe prefix
+            followed by `` [error truncated]`` within the allowance, or
+            ``[error truncated]`` alone.
+        """
+        allowance = self.final_allowance()
+        if utf8_size(error) <= allowance:
+            return error
+        suffix = " " + ERROR_TRUNCATED
+        prefix = utf8_prefix(error, allowance - utf8_size(suffix))
+        return prefix + suffix if prefix else ERROR_TRUNCATED
+
+
+_OBJECT_TAG = "[object Object]"
+
+
+def normalize_json(value: Any) -> Any:
+    """Applies the host's JSON-safety rules to a value received from a cell (§8.8 rule 5).
+
+    Args:
+        value: A decoded JSON value, possibly holding non-JSON Python values.
+
+    Returns:
+        A JSON-safe copy: ``NaN`` and infinities become ``None``, ``-0.0`` becomes
+        ``0``, tuples become lists, non-string keys become strings, and other
+        non-JSON values become ``"[object Object]"``. Keys such as ``__proto__`` and
+        ``constructor`` stay plain data in insertion order.
+
+    Raises:
+        NotSerializableError: The value is nested too deeply.
+    """
+    try:
+        return _normalize(value)
+    except RecursionError:
+        raise NotSerializableError("nesting is too deep for the serialiser") from None
+
+
+def _normalize(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        if value == 0:
+            return 0
+        return value
+    if isinstance(value, Mapping):
+        return {str(key): _normalize(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_normalize(item) for item in value]
+    return _OBJECT_TAG

@@ -1,0 +1,113 @@
+"""The state a run keeps across its legs (SPEC §10.7 item 2)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from cellblock.server.runs._output import OutputBudget
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+def new_run_id() -> str:
+    """Returns ``run_`` plus 32 random lower-case hex digits (SPEC §10.2)."""
+    return "run_" + secrets.token_hex(16)
+
+
+def replay_id(session_id: str, agent_run_id: str, turn_id: str, tool_call_id: str, source: str) -> str:
+    """Returns the replay id of SPEC §3.5 item 4.
+
+    ``replay_`` plus the first 24 hex digits of SHA-256 over the compact JSON
+    array ``[session_id, agent_run_id, turn_id or "", tool_call_id, source]``.
+    """
+    payload = json.dumps([session_id, agent_run_id, turn_id or "", tool_call_id, source], separators=(",", ":"), ensure_ascii=False)
+    digest = hashlib.sha256(payload.encode("utf-8", "surrogatepass")).hexdigest()
+    return "replay_" + digest[:24]
+
+
+def nested_call_id(tool_call_id: str, replay: str, n: int) -> str:
+    """Returns ``cellblock_<P>_<R>_<n>`` (SPEC §3.5 item 3)."""
+    p = _UNSAFE.sub("_", tool_call_id)[:48]
+    r = replay[len("replay_") :][:8]
+    return f"cellblock_{p}_{r}_{n}"
+
+
+@dataclass
+class PendingRequest:
+    """A bridge request whose result the guest has not received.
+
+    Attributes:
+        bridge_id: ``bridge:<method>:<n>``.
+        method: The bridge method.
+        nested_call_id: Set once a nested call was dispatched for it.
+        entry: The resolved compact catalog entry for nested calls.
+        dispatched: Whether the request went out (or was scheduled).
+        result: A settlement not yet delivered: ``(ok, payload, code)``.
+        settled_at: Monotonic time the settlement arrived (completion order).
+    """
+
+    bridge_id: str
+    method: str
+    args: list[Any] = field(default_factory=list)
+    nested_call_id: str = ""
+    entry: dict[str, Any] | None = None
+    replay_safe: bool = False
+    dispatched: bool = False
+    result: tuple[bool, str, str] | None = None
+    settled_at: float = 0.0
+
+
+@dataclass
+class Run:
+    """One run, from its exec to its terminal result.
+
+    Attributes mirror SPEC §10.7 item 2; ``view`` is the frozen catalog view
+    the run started with.
+    """
+
+    run_id: str
+    session_id: str
+    agent_run_id: str
+    tool_call_id: str
+    turn_id: str
+    replay_id: str
+    limits: Any
+    restart_safe: bool
+    view: Any
+    budget: OutputBudget
+    created_at: float = field(default_factory=time.time)
+    expires_at: float = 0.0
+    bridge_counters: dict[str, int] = field(default_factory=dict)
+    nested_calls: int = 0
+    dispatch_started: bool = False
+    non_replay_safe_dispatched: bool = False
+    counts: dict[str, int] = field(default_factory=lambda: {"search": 0, "describe": 0, "call": 0})
+    legs: int = 0
+    snapshot: bytes | None = None
+    snapshot_bytes: int = 0
+    pending: dict[str, PendingRequest] = field(default_factory=dict)
+    #: bridge id -> "input" or "internal", for every rejection delivered.
+    provenance: dict[str, str] = field(default_factory=dict)
+    seen_bridge_ids: set[str] = field(default_factory=set)
+    holds_slot: bool = False
+    cancelled: bool = False
+    engine_build_id: str = ""
+
+    def next_nested_call_id(self) -> str:
+        self.nested_calls += 1
+        return nested_call_id(self.tool_call_id, self.replay_id, self.nested_calls)
+
+    @property
+    def replay_safe(self) -> bool:
+        """SPEC §10.8 item 3."""
+        return self.restart_safe and not self.non_replay_safe_dispatched
+
+    def pending_list(self) -> list[dict[str, str]]:
+        """The ``pendingToolCalls`` of a waiting result, in request order."""
+        return [{"id": p.bridge_id, "method": p.method} for p in self.pending.values()]

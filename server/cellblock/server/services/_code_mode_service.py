@@ -1,0 +1,191 @@
+"""CodeModeService: the tool surface and the Exec/Wait streams (SPEC §3.3–3.4)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import structlog
+
+from cellblock.server.runs import LegReport, Runner
+from cellblock.server.runs._ports import ToolOutcome
+from cellblock.server.services._scope import require_scope
+from cellblock.server.services._state import ServiceState
+from cellblock.server.services._stream_ports import StreamPorts
+from cellblock.v1 import code_mode_service_pb2 as pb
+from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
+
+log = structlog.get_logger("cellblock.rpc")
+
+_STATUS = {"completed": pb.RUN_STATUS_COMPLETED, "waiting": pb.RUN_STATUS_WAITING, "failed": pb.RUN_STATUS_FAILED}
+_CODES = {
+    "": pb.ERROR_CODE_UNSPECIFIED,
+    "invalid_input": pb.ERROR_CODE_INVALID_INPUT,
+    "runtime_unavailable": pb.ERROR_CODE_RUNTIME_UNAVAILABLE,
+    "aborted": pb.ERROR_CODE_ABORTED,
+    "timeout": pb.ERROR_CODE_TIMEOUT,
+    "output_limit_exceeded": pb.ERROR_CODE_OUTPUT_LIMIT_EXCEEDED,
+    "snapshot_limit_exceeded": pb.ERROR_CODE_SNAPSHOT_LIMIT_EXCEEDED,
+    "internal_error": pb.ERROR_CODE_INTERNAL_ERROR,
+}
+_ERROR_KINDS = {
+    pb.TOOL_ERROR_KIND_UNSPECIFIED: "failed",
+    pb.TOOL_ERROR_KIND_INVALID_INPUT: "invalid_input",
+    pb.TOOL_ERROR_KIND_BLOCKED: "blocked",
+    pb.TOOL_ERROR_KIND_FAILED: "failed",
+    pb.TOOL_ERROR_KIND_CANCELLED: "cancelled",
+}
+
+
+def _overrides(msg: pb.LimitOverrides) -> dict[str, Any]:
+    names = {
+        "timeout_ms": "timeoutMs",
+        "memory_limit_bytes": "memoryLimitBytes",
+        "max_output_bytes": "maxOutputBytes",
+        "max_snapshot_bytes": "maxSnapshotBytes",
+        "max_pending_tool_calls": "maxPendingToolCalls",
+        "snapshot_ttl_seconds": "snapshotTtlSeconds",
+    }
+    return {camel: getattr(msg, field) for field, camel in names.items() if msg.HasField(field)}
+
+
+def _result_message(report: LegReport) -> pb.Result:
+    run = report.run
+    metadata = pb.RunMetadata(cell_id=report.cell_id)
+    if run is not None:
+        metadata.bridge_calls.CopyFrom(pb.BridgeCallCounts(**run.counts))
+        metadata.leg_count = run.legs
+        metadata.snapshot_bytes = run.snapshot_bytes
+    return pb.Result(
+        result_json=json.dumps(report.result, separators=(",", ":"), ensure_ascii=False),
+        status=_STATUS[report.status],
+        code=_CODES[report.code],
+        run_id=report.run_id,
+        metadata=metadata,
+    )
+
+
+class CodeModeService(pb_grpc.CodeModeServiceServicer):
+    """The model-facing service."""
+
+    def __init__(self, state: ServiceState, runner: Runner) -> None:
+        self._state = state
+        self._runner = runner
+
+    async def GetToolSurface(self, request: pb.GetToolSurfaceRequest, context: grpc.aio.ServicerContext) -> pb.GetToolSurfaceResponse:  # noqa: N802
+        scope = await require_scope(request.scope, context)
+        catalog = self._state.catalogs.get(scope)
+        if catalog is None:
+            return pb.GetToolSurfaceResponse(code_mode_engaged=False)
+        engaged, tools = catalog.tool_surface(self._state.config, request.model_id or None)
+        definitions = [
+            pb.ToolDefinition(name=t["name"], description=t.get("description", ""), parameters_json=json.dumps(t.get("parameters", {}), separators=(",", ":"), ensure_ascii=False))
+            for t in tools
+        ]
+        return pb.GetToolSurfaceResponse(code_mode_engaged=engaged, tools=definitions)
+
+    async def Exec(self, request_iterator: AsyncIterator[pb.ExecRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ExecResponse]:  # noqa: N802
+        async for item in self._leg_stream("exec", request_iterator, context, pb.ExecResponse):
+            yield item
+
+    async def Wait(self, request_iterator: AsyncIterator[pb.WaitRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.WaitResponse]:  # noqa: N802
+        async for item in self._leg_stream("wait", request_iterator, context, pb.WaitResponse):
+            yield item
+
+    async def _leg_stream(self, kind: str, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, response_type: Any) -> AsyncIterator[Any]:
+        started = time.monotonic()
+        iterator = request_iterator.__aiter__()
+        try:
+            first = await iterator.__anext__()
+        except StopAsyncIteration:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the {kind} stream closed before its start message")
+        if first.WhichOneof("message") != "start":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the first message of a {kind.capitalize()} stream must be start")
+        start = first.start
+        scope = await require_scope(start.scope, context)
+        if not start.tool_call_id.strip():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "start.tool_call_id must be a non-empty string")
+        bound = log.bind(rpc=kind, session_id=scope[0], agent_run_id=scope[1], tool_call_id=start.tool_call_id)
+        catalog = self._state.catalogs.get(scope)
+        if kind == "exec" and catalog is None:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this scope has no catalog; register one with CatalogService.PutCatalog first")
+        if not self._state.admission.try_acquire():
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many legs are running on this instance (limit {self._state.admission.limit}); retry shortly")
+        outbox: asyncio.Queue[Any] = asyncio.Queue()
+        view = catalog.view() if catalog is not None else None
+        ports = StreamPorts(response_type, outbox, view, catalog)
+        telemetry = (lambda: catalog.telemetry()) if catalog is not None else self._state.empty_telemetry
+
+        async def read_runtime() -> None:
+            try:
+                async for msg in iterator:
+                    which = msg.WhichOneof("message")
+                    if which == "tool_result":
+                        tr = msg.tool_result
+                        if tr.WhichOneof("outcome") == "ok_json":
+                            ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json)))
+                        else:
+                            ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, error_kind=_ERROR_KINDS.get(tr.error.kind, "failed"), error_message=tr.error.message)))
+                    elif which == "cancel":
+                        ports.events.put_nowait(("cancel", "caller"))
+            except (grpc.aio.AioRpcError, asyncio.CancelledError):
+                pass
+
+        async def run_leg() -> LegReport:
+            try:
+                if kind == "exec":
+                    return await self._runner.exec(
+                        session_id=scope[0],
+                        agent_run_id=scope[1],
+                        tool_call_id=start.tool_call_id,
+                        turn_id=start.turn_id,
+                        arguments_json=start.arguments_json,
+                        force_restart_safe=start.force_restart_safe,
+                        overrides=_overrides(start.limit_overrides),
+                        view=view,
+                        ports=ports,
+                        telemetry=telemetry,
+                    )
+
+                def on_claim(run: Any) -> None:
+                    ports.view = run.view
+
+                return await self._runner.wait(
+                    session_id=scope[0],
+                    agent_run_id=scope[1],
+                    arguments_json=start.arguments_json,
+                    ports=ports,
+                    telemetry=telemetry,
+                    on_claim=on_claim,
+                )
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.ensure_future(read_runtime())
+        leg = asyncio.ensure_future(run_leg())
+        self._state.active_legs[id(leg)] = (scope, ports)
+        try:
+            while True:
+                item = await outbox.get()
+                if item is None:
+                    break
+                yield item
+            report = leg.result()
+            yield response_type(result=_result_message(report))
+            level = "warning" if report.status == "failed" and report.code != "aborted" else "info"
+            getattr(bound, level)("rpc.completed", status=report.status, code=report.code, run_id=report.run.run_id if report.run else "", duration_ms=int((time.monotonic() - started) * 1000))
+        finally:
+            self._state.active_legs.pop(id(leg), None)
+            self._state.admission.release()
+            reader.cancel()
+            if not leg.done():
+                # Transport cancellation: abort the leg and let it clean up.
+                ports.events.put_nowait(("cancel", "caller"))
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(leg)
+                bound.info("rpc.cancelled", duration_ms=int((time.monotonic() - started) * 1000))

@@ -1,0 +1,85 @@
+"""RunService: read and cancel runs of the caller's scope (SPEC §3.6)."""
+
+from __future__ import annotations
+
+import grpc
+from google.protobuf import timestamp_pb2
+
+from cellblock.server.runs import Run, RunRegistry
+from cellblock.server.services._scope import require_scope
+from cellblock.server.services._state import ServiceState
+from cellblock.v1 import code_mode_service_pb2 as cpb
+from cellblock.v1 import common_pb2
+from cellblock.v1 import run_service_pb2 as pb
+from cellblock.v1 import run_service_pb2_grpc as pb_grpc
+
+
+def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    ts.FromNanoseconds(int(seconds * 1e9))
+    return ts
+
+
+def run_message(run: Run) -> pb.Run:
+    """Describes a run; never includes snapshot contents."""
+    suspended = run.snapshot is not None
+    msg = pb.Run(
+        run_id=run.run_id,
+        scope=common_pb2.Scope(session_id=run.session_id, agent_run_id=run.agent_run_id),
+        state=pb.RUN_STATE_SUSPENDED if suspended else pb.RUN_STATE_RUNNING,
+        tool_call_id=run.tool_call_id,
+        create_time=_timestamp(run.created_at),
+        snapshot_bytes=run.snapshot_bytes if suspended else 0,
+        pending_tool_calls=[pb.PendingToolCall(id=p.bridge_id, method=p.method, nested_call_id=p.nested_call_id) for p in run.pending.values()],
+        bridge_calls=cpb.BridgeCallCounts(**run.counts),
+        leg_count=run.legs,
+    )
+    if suspended:
+        msg.expire_time.CopyFrom(_timestamp(run.expires_at))
+    return msg
+
+
+class RunService(pb_grpc.RunServiceServicer):
+    """Reads and cancels runs."""
+
+    def __init__(self, state: ServiceState, registry: RunRegistry) -> None:
+        self._state = state
+        self._registry = registry
+
+    async def _find(self, scope: tuple[str, str], run_id: str, context: grpc.aio.ServicerContext) -> Run:
+        self._registry.sweep()
+        run = self._registry.runs.get(run_id)
+        if run is None or (run.session_id, run.agent_run_id) != scope:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such run in this scope (it may have ended or expired)")
+        assert run is not None
+        return run
+
+    async def GetRun(self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext) -> pb.GetRunResponse:  # noqa: N802
+        scope = await require_scope(request.scope, context)
+        return pb.GetRunResponse(run=run_message(await self._find(scope, request.run_id, context)))
+
+    async def ListRuns(self, request: pb.ListRunsRequest, context: grpc.aio.ServicerContext) -> pb.ListRunsResponse:  # noqa: N802
+        scope = await require_scope(request.scope, context)
+        self._registry.sweep()
+        runs = self._registry.of_scope(*scope)
+        size = request.page_size if 0 < request.page_size <= 1000 else 100
+        start = int(request.page_token) if request.page_token.isdigit() else 0
+        page = runs[start : start + size]
+        token = str(start + size) if start + size < len(runs) else ""
+        return pb.ListRunsResponse(runs=[run_message(r) for r in page], next_page_token=token)
+
+    async def CancelRun(self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext) -> pb.CancelRunResponse:  # noqa: N802
+        scope = await require_scope(request.scope, context)
+        tomb = self._registry.cancelled.get(request.run_id)
+        if tomb is not None and (tomb.session_id, tomb.agent_run_id) == scope:
+            return pb.CancelRunResponse(previous_state=pb.RUN_STATE_UNSPECIFIED)
+        run = await self._find(scope, request.run_id, context)
+        if run.snapshot is not None and request.run_id not in self._registry.claimed:
+            self._registry.cancel(run)
+            return pb.CancelRunResponse(previous_state=pb.RUN_STATE_SUSPENDED)
+        # An active leg: abort it through its stream's event queue.
+        for key, (leg_scope, ports) in list(self._state.active_legs.items()):
+            if leg_scope == scope and getattr(ports, "run_id", None) == run.run_id:
+                ports.events.put_nowait(("cancel", "caller"))
+        self._registry.cancel(run)
+        return pb.CancelRunResponse(previous_state=pb.RUN_STATE_RUNNING)

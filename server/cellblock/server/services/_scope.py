@@ -1,0 +1,20 @@
+"""Scope checks shared by every RPC (SPEC §3.1 item 2-3)."""
+
+from __future__ import annotations
+
+import grpc
+
+from cellblock.v1 import common_pb2
+
+MAX_ID_LENGTH = 256
+
+
+async def require_scope(scope: common_pb2.Scope, context: grpc.aio.ServicerContext) -> tuple[str, str]:
+    """Returns ``(session_id, agent_run_id)`` or aborts with INVALID_ARGUMENT."""
+    for field in ("session_id", "agent_run_id"):
+        value = getattr(scope, field)
+        if not value.strip():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} must be a non-empty string")
+        if len(value) > MAX_ID_LENGTH:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} is longer than {MAX_ID_LENGTH} characters")
+    return (scope.session_id, scope.agent_run_id)
