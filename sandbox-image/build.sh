@@ -14,7 +14,7 @@
 # Environment:
 #   CELLBLOCK_IMAGE       image repository           (default cellblock-cell)
 #   CELLBLOCK_BASE_IMAGE  base image (BASE_IMAGE arg) (default cellblock-base:bookworm;
-#                         the default is bootstrapped from Debian packages when missing)
+#                         a missing cellblock-base:* is bootstrapped from Debian packages)
 #   PYTHON                host python used for pip    (default python3)
 #   CELLBLOCK_SKIP_SMOKE  1 = skip the smoke test
 set -euo pipefail
@@ -94,8 +94,8 @@ chmod -R a+rX,go-w "$ctx"
 
 # ---------------------------------------------------------------- base image
 if ! docker image inspect "$base_image" >/dev/null 2>&1; then
-    if [ "$base_image" = "cellblock-base:bookworm" ]; then
-        "$here/bootstrap-base.sh"
+    if [[ "$base_image" == cellblock-base:* ]]; then
+        CELLBLOCK_BASE_IMAGE="$base_image" "$here/bootstrap-base.sh"
     else
         die "base image $base_image is not available (pull it, or unset CELLBLOCK_BASE_IMAGE)"
     fi

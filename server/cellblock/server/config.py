@@ -17,10 +17,8 @@ from typing import Any, ClassVar, Literal, TypeAlias
 __all__ = [
     "BM25_B",
     "BM25_K1",
-    "CodeModeConfig",
     "DEFAULT_MODEL_TIERS",
     "DESCRIPTION_MAX_SERVERS",
-    "Enabled",
     "HINT_PROPERTY_NAME_MAX_CHARS",
     "INPUT_HINT_MAX_CHARS",
     "INPUT_HINT_MAX_DEPTH",
@@ -28,9 +26,6 @@ __all__ = [
     "LANGUAGES",
     "LITERAL_UNION_MAX_CHARS",
     "LITERAL_UNION_MAX_VALUES",
-    "Language",
-    "Limits",
-    "ModelTier",
     "OUTPUT_HINT_MAX_CHARS",
     "OUTPUT_HINT_MAX_DEPTH",
     "OUTPUT_HINT_MAX_PROPERTIES",
@@ -42,6 +37,11 @@ __all__ = [
     "UNKNOWN_ID_SUGGESTIONS",
     "USER_STACK_FRAMES",
     "WATCHDOG_GRACE_MS",
+    "CodeModeConfig",
+    "Enabled",
+    "Language",
+    "Limits",
+    "ModelTier",
     "min_resume_budget_ms",
     "reply_inbox_bytes",
     "value_reserve_bytes",
@@ -264,11 +264,11 @@ def _model_tiers(value: object) -> tuple[tuple[str, ModelTier], ...] | None:
     """Validates a ``modelTiers`` map; ``None`` means the default table."""
     if not isinstance(value, Mapping):
         return None
-    return tuple(
-        (key, tier)
-        for key, tier in value.items()
-        if isinstance(key, str) and isinstance(tier, str) and tier in _TIERS
-    )  # type: ignore[misc]
+    pairs: list[tuple[str, ModelTier]] = []
+    for key, tier in value.items():
+        if isinstance(key, str) and (tier == "preferred" or tier == "capable"):
+            pairs.append((key, tier))
+    return tuple(pairs)
 
 
 def _last_segment(model_id: str) -> str:
@@ -383,9 +383,7 @@ class CodeModeConfig:
         if not isinstance(obj, Mapping):
             obj = {}
         enabled_raw = obj.get("enabled", "auto")
-        enabled: Enabled = enabled_raw if enabled_raw in (True, False, "auto") and isinstance(
-            enabled_raw, (bool, str)
-        ) else "auto"
+        enabled: Enabled = enabled_raw if isinstance(enabled_raw, bool) else "auto"
         numbers = {attr: _numeric(obj, attr, spec.default) for attr, spec in _NUMERIC.items()}
         numbers["search_default_limit"] = _numeric(
             obj, "search_default_limit", _NUMERIC["search_default_limit"].default, numbers["max_search_limit"]
@@ -413,7 +411,7 @@ class CodeModeConfig:
         """
         if not overrides:
             return self
-        changes = {attr: _numeric(overrides, attr, getattr(self, attr)) for attr in _OVERRIDABLE}
+        changes: dict[str, Any] = {attr: _numeric(overrides, attr, getattr(self, attr)) for attr in _OVERRIDABLE}
         return dataclasses.replace(self, **changes)
 
     @property

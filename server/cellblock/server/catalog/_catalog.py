@@ -17,7 +17,13 @@ from ._entries import SOURCES, CatalogEntry
 from ._identifiers import server_identifiers
 from ._lookup import GuestLookup, Helper
 from ._quick_index import quick_index
-from ._registration import CONTROL_TOOL_NAMES, RegisteredTool, parse_mode, parse_name_list, parse_tools
+from ._registration import (
+    CONTROL_TOOL_NAMES,
+    RegisteredTool,
+    parse_mode,
+    parse_name_list,
+    parse_tools,
+)
 from ._search import SearchIndex
 
 __all__ = ["Catalog", "CatalogCounters", "CatalogView", "CounterSnapshot"]
@@ -259,6 +265,7 @@ class Catalog:
         self._direct_names: tuple[str, ...] = ()
         self._counters = CatalogCounters()
         self._view = CatalogView((), self._counters)
+        self._ignored: tuple[tuple[int, str, str], ...] = ()
         self._lock = threading.Lock()
 
     @property
@@ -270,6 +277,15 @@ class Catalog:
     def counters(self) -> CatalogCounters:
         """The current catalog session's counters."""
         return self._counters
+
+    @property
+    def ignored_fields(self) -> tuple[tuple[int, str, str], ...]:
+        """Fields the last registration ignored, as ``(tool index, tool id, field)``.
+
+        ``outputSchema`` is honoured only for ``host`` tools (SPEC §3.2 item 2); the caller
+        logs these.
+        """
+        return self._ignored
 
     def register(
         self,
@@ -336,6 +352,7 @@ class Catalog:
                 counters = self._counters
             view = _build_view(records, names, counters)
             self._records, self._direct_names, self._counters, self._view = records, names, counters, view
+            self._ignored = tuple((t.index, t.entry.id, name) for t in parsed for name in t.ignored)
         return view
 
 

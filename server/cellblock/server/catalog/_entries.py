@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
 
-__all__ = ["CatalogEntry", "McpOperation", "Source", "SOURCES", "MCP_OPERATIONS"]
+__all__ = ["MCP_OPERATIONS", "SOURCES", "CatalogEntry", "McpOperation", "Source"]
 
 Source: TypeAlias = Literal["host", "mcp", "client"]
 McpOperation: TypeAlias = Literal["tool", "resources.list", "resources.read", "prompts.list", "prompts.get"]

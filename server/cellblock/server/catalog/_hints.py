@@ -25,10 +25,10 @@ from ..config import (
 from ._text import compact_json, is_json_primitive
 
 __all__ = [
-    "Hint",
-    "HintLimits",
     "INPUT_LIMITS",
     "OUTPUT_LIMITS",
+    "Hint",
+    "HintLimits",
     "input_hint",
     "output_hint",
     "render_hint",
@@ -250,9 +250,7 @@ def render_object(schema: Mapping[str, Any], depth: int, limits: HintLimits) -> 
         dropped = True
     required: set[str] = set()
     for name in required_list[: limits.max_properties]:
-        if not isinstance(name, str):
-            dropped = True
-        elif name not in properties or len(name) > max_name:
+        if not isinstance(name, str) or name not in properties or len(name) > max_name:
             dropped = True
         else:
             required.add(name)

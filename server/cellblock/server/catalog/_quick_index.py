@@ -10,13 +10,11 @@ from ._text import compact_json
 
 __all__ = ["QUICK_INDEX_HEADING", "quick_index", "quick_index_lines"]
 
-QUICK_INDEX_HEADING = "\n".join(
-    (
-        "Host tool quick index (exact ids; descriptions are intentionally deferred):",
-        "Each line is `id input -> output`; `-> ?` means the output is unknown.",
-        "OUTPUT DECLARED RULE: use the declared output fields directly in the first exec.",
-        "OUTPUT UNKNOWN RULE: for `-> ?`, return the raw value unchanged and map it in a later exec.",
-    )
+QUICK_INDEX_HEADING = (
+    "Host tool quick index (exact ids; descriptions are intentionally deferred):\n"
+    "Each line is `id input -> output`; `-> ?` means the output is unknown.\n"
+    "OUTPUT DECLARED RULE: use the declared output fields directly in the first exec.\n"
+    "OUTPUT UNKNOWN RULE: for `-> ?`, return the raw value unchanged and map it in a later exec."
 )
 """The four heading lines of the block, joined by ``\\n``."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import logging
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,9 +14,7 @@ from ._errors import CatalogRegistrationError
 from ._hints import input_hint, output_hint
 from ._text import js_trim
 
-__all__ = ["CONTROL_TOOL_NAMES", "Mode", "RegisteredTool", "parse_name_list", "parse_mode", "parse_tools"]
-
-_log = logging.getLogger("cellblock.server.catalog")
+__all__ = ["CONTROL_TOOL_NAMES", "Mode", "RegisteredTool", "parse_mode", "parse_name_list", "parse_tools"]
 
 Mode: TypeAlias = Literal["replace", "merge"]
 
@@ -25,6 +22,10 @@ CONTROL_TOOL_NAMES: frozenset[str] = frozenset({"tool_search_code", "tool_search
 """Names of catalog controls of other designs; such tools are never catalogued."""
 
 _DEFAULT_OWNERS: dict[str, str] = {"host": "core", "client": "client"}
+
+
+class _Problem(Exception):
+    """One tool's registration problem, reported with the tool's index."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class RegisteredTool:
     """The entry the tool becomes when it is catalogued."""
     direct_only: bool
     """``directOnly`` as registered."""
+    ignored: tuple[str, ...] = ()
+    """Registered fields ignored for this source (``outputSchema`` of ``mcp``/``client``
+    tools); the caller logs them."""
 
 
 def _optional_bool(tool: Mapping[str, Any], key: str) -> bool:
@@ -46,14 +50,14 @@ def _optional_bool(tool: Mapping[str, Any], key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise ValueError(f"{key} must be a boolean")
+        raise _Problem(f"{key} must be a boolean")
     return value
 
 
 def _optional_string(tool: Mapping[str, Any], key: str) -> str | None:
     value = tool.get(key)
     if value is not None and not isinstance(value, str):
-        raise ValueError(f"{key} must be a string")
+        raise _Problem(f"{key} must be a string")
     return value
 
 
@@ -61,33 +65,33 @@ def _owner(tool: Mapping[str, Any], source: str) -> str:
     value = tool.get("owner")
     if value is None:
         if source == "mcp":
-            raise ValueError("owner (the MCP server name) is required for mcp tools")
+            raise _Problem("owner (the MCP server name) is required for mcp tools")
         return _DEFAULT_OWNERS[source]
     if not isinstance(value, str):
-        raise ValueError("owner must be a string")
+        raise _Problem("owner must be a string")
     owner = js_trim(value)
     if not owner:
-        raise ValueError("owner must not be empty")
+        raise _Problem("owner must not be empty")
     if ":" in owner or any(ch.isspace() for ch in owner):
-        raise ValueError("owner must not contain ':' or whitespace")
+        raise _Problem("owner must not contain ':' or whitespace")
     return owner
 
 
 def _name(tool: Mapping[str, Any]) -> str:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
-        raise ValueError("name is required and must be a non-empty string")
+        raise _Problem("name is required and must be a non-empty string")
     if any(unicodedata.category(ch) == "Cc" for ch in name):
-        raise ValueError("name must not contain control characters")
+        raise _Problem("name must not contain control characters")
     return name
 
 
 def _parse_tool(index: int, tool: object) -> RegisteredTool:
     if not isinstance(tool, Mapping):
-        raise ValueError("tool must be an object")
+        raise _Problem("tool must be an object")
     source = tool.get("source")
     if source not in ("host", "mcp", "client") or not isinstance(source, str):
-        raise ValueError("source is required and must be host, mcp or client")
+        raise _Problem("source is required and must be host, mcp or client")
     typed_source: Source = source  # type: ignore[assignment]
     owner = _owner(tool, source)
     name = _name(tool)
@@ -101,12 +105,12 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
     if source == "mcp":
         if operation_raw is None:
             operation = "tool"
-        elif operation_raw in MCP_OPERATIONS and isinstance(operation_raw, str):
-            operation = operation_raw
+        elif isinstance(operation_raw, str) and operation_raw in MCP_OPERATIONS:
+            operation = operation_raw  # type: ignore[assignment]
         else:
-            raise ValueError("operation must be one of " + ", ".join(MCP_OPERATIONS))
+            raise _Problem("operation must be one of " + ", ".join(MCP_OPERATIONS))
     elif operation_raw is not None:
-        raise ValueError("operation is only allowed for mcp tools")
+        raise _Problem("operation is only allowed for mcp tools")
     parameters = copy.deepcopy(tool.get("parameters"))
     output_schema = copy.deepcopy(tool.get("outputSchema"))
     entry_id = f"{source}:{owner}:{name}"
@@ -128,8 +132,6 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
             output_validator=None if output_schema is None else compile_schema(output_schema, "outputSchema"),
         )
     else:
-        if output_schema is not None:
-            _log.info("output_schema_ignored: tool %d (%s) is not a host tool", index, entry_id)
         entry = CatalogEntry(
             id=entry_id,
             source=typed_source,
@@ -140,7 +142,10 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
             parameters=parameters,
             operation=operation,
         )
-    return RegisteredTool(index=index, raw=copy.deepcopy(dict(tool)), entry=entry, direct_only=direct_only)
+    ignored = ("outputSchema",) if source != "host" and output_schema is not None else ()
+    return RegisteredTool(
+        index=index, raw=copy.deepcopy(dict(tool)), entry=entry, direct_only=direct_only, ignored=ignored
+    )
 
 
 def parse_tools(tools: object) -> list[RegisteredTool]:
@@ -165,7 +170,7 @@ def parse_tools(tools: object) -> list[RegisteredTool]:
     for index, tool in enumerate(tools):
         try:
             registered = _parse_tool(index, tool)
-        except ValueError as error:
+        except (_Problem, ValueError) as error:
             raise CatalogRegistrationError(index, str(error)) from None
         entry_id = registered.entry.id
         if entry_id in seen:

@@ -50,7 +50,7 @@ def _string_text(text: str) -> str:
     return "".join(out)
 
 
-def _number_text(value: int | float) -> str:
+def _number_text(value: float) -> str:
     """Formats a number like ECMAScript's ``Number.prototype.toString``."""
     if isinstance(value, int):
         return str(value)

@@ -330,3 +330,13 @@ def p04(path: str) -> str:
         path: The guest path; cut to 200 characters.
     """
     return f"unknown namespace path: {echo(path)}"
+
+
+def b11(tool_id: str) -> str:
+    """[B11] a failed tool result without a message."""
+    return f'Tool "{echo(tool_id)}" failed without an error message.'
+
+
+def b12(tool_id: str, result_bytes: int, inbox_bytes: int) -> str:
+    """[B12] a tool result larger than the reply inbox."""
+    return f'Tool "{echo(tool_id)}" returned {result_bytes} bytes, more than this cell accepts ({inbox_bytes} bytes); ask for less data.'

@@ -261,6 +261,25 @@ class OutputBudget:
             self._leg_first_content = utf8_prefix(content, self.entry_capacity)
         return False
 
+    def record_omitted(self, entries: int, size: int, first_content: str) -> None:
+        """Records entries the cell's controller omitted itself (rule 11).
+
+        The controller applies rule 4 first and sends only counts and the first
+        omitted entry's content, so the host accounts for them here.
+
+        Args:
+            entries: Entries omitted in the cell in this leg.
+            size: Their total compact-JSON size in bytes.
+            first_content: The first omitted entry's content, already cut.
+        """
+        if entries <= 0:
+            return
+        self.closed = True
+        if self._leg_first_content is None:
+            self._leg_first_content = utf8_prefix(first_content, self.entry_capacity)
+        self._leg_omitted_entries += entries
+        self._leg_omitted_bytes += size
+
     def end_leg(self) -> list[dict[str, Any]]:
         """Closes the current leg and returns the markers to append to its ``output``.
 

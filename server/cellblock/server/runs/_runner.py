@@ -142,7 +142,7 @@ class Runner:
         if tomb is not None and tomb.session_id == session_id and tomb.agent_run_id == agent_run_id:
             self.registry.sweep()
             if run_id in self.registry.cancelled:
-                return LegReport(failed_result(msg.R07, "aborted", "host", True, [], False, telemetry()), "failed", "aborted", "", None)
+                return LegReport(failed_result(error=msg.R07, code="aborted", failure_phase="host", bridge_dispatch_started=True, output=[], replay_safe=False, telemetry=telemetry()), "failed", "aborted", "", None)
         claimed = self.registry.claim(run_id)
         if claimed is None:
             return self._input_failure(msg.W03, False, telemetry())
@@ -196,11 +196,11 @@ class Runner:
             output = accepted + budget.end_leg()
             value = budget.final_value(outcome.value)
             self.registry.remove(run)
-            return LegReport(completed_result(value, output, run.replay_safe, tele), "completed", "", "", run, outcome.cell_id)
+            return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), "completed", "", "", run, outcome.cell_id)
         if outcome.status == "waiting":
             output = accepted + budget.end_leg()
             self.registry.park(run, run.limits.snapshot_ttl_seconds)
-            result = waiting_result(run.run_id, outcome.reason, run.pending_list(), output, run.replay_safe, tele)
+            result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=output, replay_safe=run.replay_safe, telemetry=tele)
             return LegReport(result, "waiting", "", run.run_id, run, outcome.cell_id)
         output = accepted + budget.end_leg()
         error = budget.final_error(outcome.message)
@@ -208,9 +208,9 @@ class Runner:
             self.registry.cancel(run)
         else:
             self.registry.remove(run)
-        result = failed_result(error, outcome.code, outcome.phase or "host", run.dispatch_started, output, run.replay_safe, tele)
+        result = failed_result(error=error, code=outcome.code, failure_phase=outcome.phase or "host", bridge_dispatch_started=run.dispatch_started, output=output, replay_safe=run.replay_safe, telemetry=tele)
         return LegReport(result, "failed", outcome.code, "", run, outcome.cell_id)
 
     def _input_failure(self, message: str, restart_safe: bool, tele: dict[str, Any]) -> LegReport:
-        result = failed_result(message, "invalid_input", "input", False, [], restart_safe, tele)
+        result = failed_result(error=message, code="invalid_input", failure_phase="input", bridge_dispatch_started=False, output=[], replay_safe=restart_safe, telemetry=tele)
         return LegReport(result, "failed", "invalid_input", "", None)

@@ -247,17 +247,26 @@ def _scan_error_tokens(
     return None
 
 
-def _locate_error(text: _Text, root: tree_sitter.Node, allow_jsx: bool) -> _SyntaxProblem | None:
-    """Finds the first syntax error of a parsed tree, or ``None`` when it is valid."""
+def _locate_error(
+    text: _Text, root: tree_sitter.Node, allow_jsx: bool, partial: bool = False
+) -> _SyntaxProblem | None:
+    """Finds the first syntax error of a parsed tree, or ``None`` when it is valid.
+
+    With ``partial`` the tree is of a prefix of the source: only errors that no
+    continuation can repair are reported, and ``None`` means "unknown".
+    """
     if not root.has_error and (allow_jsx or not _has_jsx(root)):
         return None
     node = _first_problem_node(root, allow_jsx)
     if node is None:  # pragma: no cover - has_error always has a node
-        return _SyntaxProblem(0, "Unexpected token")
+        return None if partial else _SyntaxProblem(0, "Unexpected token")
     if node.type.startswith("jsx_"):
         return _SyntaxProblem(node.start_byte, "Unexpected token '<'")
     if node.is_missing:
-        return _unexpected(text, _next_token(root, node.end_byte))
+        following = _next_token(root, node.end_byte)
+        if partial and following is None:
+            return None
+        return _unexpected(text, following)
     tokens = list(_tokens(node))
     before = None
     for token in _tokens(root):
@@ -268,6 +277,8 @@ def _locate_error(text: _Text, root: tree_sitter.Node, allow_jsx: bool) -> _Synt
     culprit = _scan_error_tokens(tokens, before, after)
     if culprit is not None:
         return _unexpected(text, culprit)
+    if partial:
+        return None
     if not tokens:
         return _unexpected(text, after)
     # Unclosed brackets or a dangling operator up to the end of the text: the
@@ -282,6 +293,36 @@ def _locate_error(text: _Text, root: tree_sitter.Node, allow_jsx: bool) -> _Synt
         if depth > 0 or tokens[-1].type in _EXPECTS_MORE:
             return _unexpected(text, None)
     return _unexpected(text, tokens[0])
+
+
+_PREFIX_THRESHOLD = 16384
+_PREFIX_BYTES = 8192
+_PREFIX_MARGIN = 512
+
+
+def _parse_checked(
+    kind: str, text: _Text, allow_jsx: bool
+) -> tuple[tree_sitter.Tree | None, _SyntaxProblem | None]:
+    """Parses ``text`` and locates its first syntax error.
+
+    tree-sitter's error recovery is linear but slow on long runs of bad tokens, so
+    a long source is first parsed by an 8 KiB prefix: an error that no continuation
+    can repair, found well before the cut, is the source's first error and the full
+    parse is skipped (the tree is then ``None``).
+    """
+    parser = _parser(kind)
+    data = text.data
+    if len(data) > _PREFIX_THRESHOLD:
+        cut = _PREFIX_BYTES
+        while cut > 0 and data[cut] & 0xC0 == 0x80:
+            cut -= 1
+        prefix = _Text(text.text[: text.char_index(cut)])
+        prefix_tree = parser.parse(prefix.data)
+        problem = _locate_error(prefix, prefix_tree.root_node, allow_jsx, partial=True)
+        if problem is not None and problem.byte_offset < cut - _PREFIX_MARGIN:
+            return None, problem
+    tree = parser.parse(data)
+    return tree, _locate_error(text, tree.root_node, allow_jsx)
 
 
 def _has_jsx(root: tree_sitter.Node) -> bool:
@@ -517,8 +558,9 @@ class _Stripped:
 
 
 def _strip_typescript(source: _Text) -> _Stripped:
-    tree = _parser("typescript").parse(source.data)
-    syntax = _locate_error(source, tree.root_node, allow_jsx=True)
+    tree, syntax = _parse_checked("typescript", source, allow_jsx=True)
+    if tree is None or syntax is not None:
+        return _Stripped(source.text, syntax, None)
     ranges, problems = _strip_ranges(tree.root_node)
     codegen = min(problems, key=lambda p: p.byte_offset) if problems else None
     return _Stripped(_blank(source, ranges), syntax, codegen)
@@ -1030,23 +1072,21 @@ def prepare_source(source: str, language: str) -> PreparedSource | InputFailure:
     """
     submitted = _Text(_replace_hashbang(source))
     stripped: _Stripped | None = None
+    prepared = submitted
     if language == "typescript":
         stripped = _strip_typescript(submitted)
+        if stripped.syntax is not None:
+            # The source does not parse: Case B of shell detection, then [S02].
+            if looks_like_shell(source):
+                return InputFailure(m.S01)
+            return _syntax_failure(submitted, stripped.syntax)
         prepared = _Text(stripped.text)
-    else:
-        prepared = submitted
-    tree = _parser("javascript").parse(prepared.data)
-    root = tree.root_node
-    error = _locate_error(prepared, root, allow_jsx=False)
-    strip_syntax = stripped.syntax if stripped is not None else None
-    parses = error is None and strip_syntax is None
-    if parses:
-        if _looks_like_shell_parsed(prepared, root):
+    tree, error = _parse_checked("javascript", prepared, allow_jsx=False)
+    if tree is not None and error is None:
+        if _looks_like_shell_parsed(prepared, tree.root_node):
             return InputFailure(m.S01)
     elif looks_like_shell(source):
         return InputFailure(m.S01)
-    if strip_syntax is not None:
-        return _syntax_failure(submitted, strip_syntax)
     codegen = stripped.codegen if stripped is not None else None
     if codegen is not None:
         codegen_at = _position(submitted, codegen.byte_offset)
@@ -1055,7 +1095,8 @@ def prepare_source(source: str, language: str) -> PreparedSource | InputFailure:
             return InputFailure(m.s03(line, column, codegen.construct))
     if error is not None:
         return _syntax_failure(prepared, error)
-    if _uses_modules(prepared, root):
+    assert tree is not None
+    if _uses_modules(prepared, tree.root_node):
         return InputFailure(m.S04)
     return PreparedSource(text=prepared.text, language=language)  # type: ignore[arg-type]
 

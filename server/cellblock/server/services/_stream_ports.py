@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-from cellblock.server.catalog import BridgeReplyError, CatalogView
+from cellblock.server.catalog._errors import BridgeReplyError
 from cellblock.server.catalog import _messages as bmsg
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._ports import LegPorts, ToolOutcome
@@ -33,7 +33,7 @@ class StreamPorts(LegPorts):
             after the scope ended).
     """
 
-    def __init__(self, response_type: Any, outbox: asyncio.Queue[Any], view: CatalogView, session: Any) -> None:
+    def __init__(self, response_type: Any, outbox: asyncio.Queue[Any], view: Any, session: Any) -> None:
         self._response_type = response_type
         self._outbox = outbox
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
@@ -93,14 +93,14 @@ class StreamPorts(LegPorts):
                 raise BridgeReplyError(bmsg.b09_blocked(entry.id, outcome.error_message), "internal")
             if kind == "cancelled":
                 raise BridgeReplyError(msg.b19(entry.id), "internal")
-            raise BridgeReplyError(outcome.error_message or bmsg.b11_failed(entry.id), "internal")
+            raise BridgeReplyError(outcome.error_message or msg.b11(entry.id), "internal")
         size = len(outcome.ok_json.encode("utf-8", "surrogatepass"))
         if size > inbox_bytes:
-            raise BridgeReplyError(bmsg.b12_too_large(entry.id, size, inbox_bytes), "internal")
+            raise BridgeReplyError(msg.b12(entry.id, size, inbox_bytes), "internal")
         try:
             result = json.loads(outcome.ok_json)
         except ValueError:
-            raise BridgeReplyError(bmsg.b11_failed(entry.id), "internal") from None
+            raise BridgeReplyError(msg.b11(entry.id), "internal") from None
         self.view.check_output(entry, result)
         if request.method == "call":
             return {"tool": entry.compact(), "result": result}
@@ -116,5 +116,6 @@ class StreamPorts(LegPorts):
         self._outbox.put_nowait(self._response_type(output=pb.OutputEvent(entry_json=text)))
 
     def count(self, kind: str) -> None:
-        if self.session is not None:
-            self.session.count(kind)
+        # search/describe are counted by the view as it answers them.
+        if kind == "call" and self.view is not None:
+            self.view.count_call()

@@ -1,0 +1,168 @@
+"""CatalogService: register and read scope catalogs (SPEC §3.2, §3.6)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from cellblock.server.catalog._errors import CatalogRegistrationError
+from cellblock.server.runs import RunRegistry
+from cellblock.server.services._catalogs import ScopeCatalog
+from cellblock.server.services._scope import require_scope
+from cellblock.server.services._state import ServiceState
+from cellblock.v1 import catalog_service_pb2 as pb
+from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
+from cellblock.v1 import common_pb2
+
+MAX_TOOLS_PER_REQUEST = 10_000
+_SOURCES = {common_pb2.TOOL_SOURCE_HOST: "host", common_pb2.TOOL_SOURCE_MCP: "mcp", common_pb2.TOOL_SOURCE_CLIENT: "client"}
+_SOURCE_ENUM = {v: k for k, v in _SOURCES.items()}
+_OPERATIONS = {
+    pb.MCP_OPERATION_TOOL: "tool",
+    pb.MCP_OPERATION_RESOURCES_LIST: "resources.list",
+    pb.MCP_OPERATION_RESOURCES_READ: "resources.read",
+    pb.MCP_OPERATION_PROMPTS_LIST: "prompts.list",
+    pb.MCP_OPERATION_PROMPTS_GET: "prompts.get",
+}
+_OPERATION_ENUM = {v: k for k, v in _OPERATIONS.items()}
+
+
+def tool_to_dict(index: int, tool: pb.Tool) -> dict[str, Any]:
+    """Converts a proto Tool to the registration shape of SPEC §3.2.
+
+    Raises:
+        CatalogRegistrationError: A schema field is not valid JSON.
+    """
+    out: dict[str, Any] = {"source": _SOURCES.get(tool.source), "name": tool.name}
+    if tool.owner:
+        out["owner"] = tool.owner
+    if tool.label:
+        out["label"] = tool.label
+    if tool.description:
+        out["description"] = tool.description
+    for field, key in (("parameters_json", "parameters"), ("output_schema_json", "outputSchema")):
+        text = getattr(tool, field)
+        if text:
+            try:
+                out[key] = json.loads(text)
+            except ValueError:
+                raise CatalogRegistrationError(index, f"{field} is not valid JSON") from None
+    if tool.replay_safe:
+        out["replaySafe"] = True
+    if tool.side_effecting:
+        out["sideEffecting"] = True
+    if tool.direct_only:
+        out["directOnly"] = True
+    if tool.operation in _OPERATIONS:
+        out["operation"] = _OPERATIONS[tool.operation]
+    return out
+
+
+def _catalog_message(scope: tuple[str, str], catalog: ScopeCatalog) -> pb.Catalog:
+    view = catalog.catalog.view
+    entries = []
+    for entry in view.entries:
+        tool = pb.Tool(
+            source=_SOURCE_ENUM[entry.source],
+            owner=entry.owner,
+            name=entry.name,
+            label=entry.label or "",
+            description=entry.description,
+            parameters_json=json.dumps(entry.parameters, separators=(",", ":"), ensure_ascii=False) if entry.parameters is not None else "",
+            output_schema_json=json.dumps(entry.output_schema, separators=(",", ":"), ensure_ascii=False) if entry.output_schema is not None else "",
+            replay_safe=entry.replay_safe,
+            side_effecting=entry.side_effecting,
+            operation=_OPERATION_ENUM.get(entry.operation or "", pb.MCP_OPERATION_UNSPECIFIED),
+        )
+        entries.append(pb.CatalogEntry(id=entry.id, tool=tool))
+    return pb.Catalog(
+        scope=common_pb2.Scope(session_id=scope[0], agent_run_id=scope[1]),
+        entries=entries,
+        telemetry=telemetry_message(catalog.telemetry()),
+        direct_tool_names=[t["name"] for t in view.direct_tools()],
+    )
+
+
+def telemetry_message(t: dict[str, Any]) -> common_pb2.CatalogTelemetry:
+    """Converts result telemetry to its proto form."""
+    return common_pb2.CatalogTelemetry(
+        catalog_size=t["catalogSize"],
+        host_count=t["sources"]["host"],
+        mcp_count=t["sources"]["mcp"],
+        client_count=t["sources"]["client"],
+        search_count=t["searchCount"],
+        describe_count=t["describeCount"],
+        call_count=t["callCount"],
+        counter_scope=t["counterScope"],
+    )
+
+
+class CatalogService(pb_grpc.CatalogServiceServicer):
+    """Registers and reads catalogs."""
+
+    def __init__(self, state: ServiceState, registry: RunRegistry) -> None:
+        self._state = state
+        self._registry = registry
+
+    async def PutCatalog(self, request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> pb.PutCatalogResponse:  # noqa: N802
+        scope = await require_scope(request.scope, context)
+        if len(request.tools) > MAX_TOOLS_PER_REQUEST:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_TOOLS_PER_REQUEST} tools per registration")
+        existing = self._state.catalogs.get(scope)
+        merge = request.mode == pb.REGISTRATION_MODE_MERGE
+        try:
+            tools = [tool_to_dict(i, t) for i, t in enumerate(request.tools)]
+            target = existing if (existing is not None and merge) else ScopeCatalog(self._state.config)
+            if existing is not None and not merge:
+                # A replace keeps the catalog object only if registration succeeds.
+                target = ScopeCatalog(self._state.config)
+            target.catalog.register(
+                tools,
+                mode="merge" if merge else "replace",
+                direct_tool_names=list(request.direct_tool_names),
+                allow=list(request.allow) if request.allow else None,
+                deny=list(request.deny) if request.deny else None,
+            )
+        except CatalogRegistrationError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        self._state.catalogs[scope] = target
+        return pb.PutCatalogResponse(catalog=_catalog_message(scope, target))
+
+    async def GetCatalog(self, request: pb.GetCatalogRequest, context: grpc.aio.ServicerContext) -> pb.GetCatalogResponse:  # noqa: N802
+        scope = await require_scope(request.scope, context)
+        catalog = self._state.catalogs.get(scope)
+        if catalog is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "this scope has no catalog")
+        assert catalog is not None
+        return pb.GetCatalogResponse(catalog=_catalog_message(scope, catalog))
+
+    async def ListCatalogs(self, request: pb.ListCatalogsRequest, context: grpc.aio.ServicerContext) -> pb.ListCatalogsResponse:  # noqa: N802
+        if not request.session_id.strip():
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id must be a non-empty string")
+        scopes = sorted(s for s in self._state.catalogs if s[0] == request.session_id)
+        size = request.page_size if 0 < request.page_size <= 1000 else 100
+        start = int(request.page_token) if request.page_token.isdigit() else 0
+        page = scopes[start : start + size]
+        summaries = [
+            pb.CatalogSummary(scope=common_pb2.Scope(session_id=s[0], agent_run_id=s[1]), telemetry=telemetry_message(self._state.catalogs[s].telemetry()))
+            for s in page
+        ]
+        token = str(start + size) if start + size < len(scopes) else ""
+        return pb.ListCatalogsResponse(catalogs=summaries, next_page_token=token)
+
+    async def DeleteCatalog(self, request: pb.DeleteCatalogRequest, context: grpc.aio.ServicerContext) -> pb.DeleteCatalogResponse:  # noqa: N802
+        scope = await require_scope(request.scope, context)
+        aborted = 0
+        for _key, (leg_scope, ports) in list(self._state.active_legs.items()):
+            if leg_scope == scope:
+                ports.events.put_nowait(("cancel", "scope"))
+                aborted += 1
+        discarded = 0
+        for run in self._registry.of_scope(*scope):
+            if run.snapshot is not None and run.run_id not in self._registry.claimed:
+                self._registry.remove(run)
+                discarded += 1
+        self._state.catalogs.pop(scope, None)
+        return pb.DeleteCatalogResponse(aborted_legs=aborted, discarded_runs=discarded)
