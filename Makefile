@@ -18,12 +18,6 @@ PYDEPS_STAMP := $(STAMPS)/pydeps-$(PY_ENV_ID)
 # npm projects: the repo root (buf, grpc-js) and tests/interop, where a package.json exists.
 NPM_DIRS := $(dir $(wildcard package.json tests/interop/package.json))
 
-# Targets the lead wires up: run scripts/<name>.sh when it exists, else say so and fail.
-define placeholder
-	@if [ -x scripts/$(1).sh ]; then scripts/$(1).sh; \
-	 else echo "make $(1): not wired yet (placeholder: add scripts/$(1).sh or replace this recipe)" >&2; exit 2; fi
-endef
-
 .PHONY: help
 help: ## Show this help
 	@echo "usage: make <target>   (PYTHON=$(PYTHON))"
@@ -85,28 +79,33 @@ proto: ## Regenerate the Python code of proto/ (scripts/gen-proto.sh)
 	scripts/gen-proto.sh
 
 .PHONY: proto-check
-proto-check: ## PLACEHOLDER: check generated code is current and buf lint passes (scripts/proto-check.sh)
-	$(call placeholder,proto-check)
+proto-check: npm-deps ## Fail when the generated code of proto/ is stale; buf lint the contract
+	scripts/gen-proto.sh >/dev/null
+	git diff --exit-code --stat -- proto || { echo "proto/ generated code is stale: run make proto and commit" >&2; exit 1; }
+	test -z "$$(git status --porcelain --untracked-files=all -- proto)" || { git status --short -- proto; echo "untracked generated files in proto/" >&2; exit 1; }
+	cd proto && ../node_modules/.bin/buf lint
 
 .PHONY: lint
-lint: ## PLACEHOLDER: ruff + mypy (scripts/lint.sh)
-	$(call placeholder,lint)
+lint: pydeps npm-deps ## ruff, mypy and buf lint
+	$(PYTHON) -m ruff check server client sandbox-image/guest tests examples bench
+	MYPYPATH=$(DEV_PYTHONPATH) $(PYTHON) -m mypy
+	cd proto && ../node_modules/.bin/buf lint
 
 .PHONY: test
-test: setup ## Run the test suite (after setup)
-	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q
+test: setup ## Run the test suite (after setup): unit, integration (real Docker cells), interop (Node client)
+	TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q
 
 .PHONY: demo
-demo: ## PLACEHOLDER: run the demo programs in examples/ (scripts/demo.sh)
-	$(call placeholder,demo)
+demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m examples.demo
 
 .PHONY: serve
-serve: ## PLACEHOLDER: run the control service locally (scripts/serve.sh)
-	$(call placeholder,serve)
+serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variables configure it)
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: ## PLACEHOLDER: run the benchmarks beside their baselines (scripts/bench.sh)
-	$(call placeholder,bench)
+bench: setup ## Exec latency beside bare `docker run` and in-process quickjs-rs; prints p50/p95 and ratios
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m bench.exec_latency
 
 # ------------------------------------------------------------------ housekeeping
 

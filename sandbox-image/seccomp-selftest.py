@@ -199,7 +199,15 @@ def _inside(sock_dir: str) -> int:
             echo = channel.unary_unary(ECHO_METHOD)
             reply = echo(b"attach", timeout=10)
         assert reply == b"attach", reply
-        return "unary call to the host's gRPC server over unix:"
+
+        async def aio_call() -> bytes:  # the guest agent uses grpc.aio on asyncio
+            async with grpc.aio.insecure_channel(f"unix:{path}") as channel:
+                return await channel.unary_unary(ECHO_METHOD)(b"attach-aio", timeout=10)
+
+        import asyncio
+        reply = asyncio.run(aio_call())
+        assert reply == b"attach-aio", reply
+        return "unary calls (grpc and grpc.aio on asyncio) to the host's gRPC server over unix:"
 
     # ---- what the profile removes
     def af(family: int, kind: int = socket.SOCK_STREAM) -> Callable[[], str]:

@@ -209,12 +209,21 @@ def _content_end(text: _Text) -> int:
     return end
 
 
+_BREAK_BYTES = (b"\n", b"\r", "\u2028".encode(), "\u2029".encode())
+
+
 def _scan_error_tokens(
+    text: _Text,
     tokens: list[tree_sitter.Node],
     before: tree_sitter.Node | None,
     after: tree_sitter.Node | None,
 ) -> tree_sitter.Node | None:
     """Finds the first token of an error node that cannot follow the one before it."""
+
+    def same_line(first: tree_sitter.Node, second: tree_sitter.Node) -> bool:
+        between = text.data[first.end_byte : second.start_byte]
+        return not any(mark in between for mark in _BREAK_BYTES)
+
     stack: list[str] = []
     previous = before
     for token in tokens:
@@ -226,7 +235,7 @@ def _scan_error_tokens(
             elif (
                 kind in _VALUE_START
                 and previous.type in _VALUE_END
-                and previous.end_point.row == token.start_point.row
+                and same_line(previous, token)
             ):
                 return token
         if kind in _CLOSERS and stack:
@@ -241,7 +250,7 @@ def _scan_error_tokens(
         if (
             after.type in _VALUE_START
             and previous.type in _VALUE_END
-            and previous.end_point.row == after.start_point.row
+            and same_line(previous, after)
         ):
             return after
     return None
@@ -274,7 +283,7 @@ def _locate_error(
             break
         before = token
     after = _next_token(root, node.end_byte)
-    culprit = _scan_error_tokens(tokens, before, after)
+    culprit = _scan_error_tokens(text, tokens, before, after)
     if culprit is not None:
         return _unexpected(text, culprit)
     if partial:

@@ -1,0 +1,69 @@
+"""Fixtures: one real cellblock service with the Docker executor per session.
+
+The service listens on 127.0.0.1 (a real socket); cells are real locked-down
+containers of `cellblock-cell:dev`. At session end the suite asserts that no
+cell container, bridge socket or socket directory was left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+
+import docker
+import pytest
+import pytest_asyncio
+
+from cellblock.client import CellblockClient, Scope
+from cellblock.server.app import Service, ServerSettings, start_service
+from cellblock.server.executors._docker import CELL_LABEL
+
+IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    client = docker.from_env()
+    try:
+        client.ping()
+        client.images.get(IMAGE)
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"integration tests need a Docker engine and {IMAGE}; run `make image` ({exc})")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def socket_dir() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="cellblock-test-cells-") as d:
+        yield d
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def service(docker_client: docker.DockerClient, socket_dir: str) -> AsyncIterator[Service]:
+    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True, "timeoutMs": 8000}, socket_dir=socket_dir)
+    svc = await start_service(settings)
+    yield svc
+    await svc.stop()
+    # Nothing may be left behind: containers, sockets, socket directories.
+    await asyncio.sleep(0.2)
+    left = docker_client.containers.list(all=True, filters={"label": CELL_LABEL})
+    assert left == [], f"cell containers left behind: {[c.name for c in left]}"
+    assert os.listdir(socket_dir) == [], f"bridge directories left behind: {os.listdir(socket_dir)}"
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def client(service: Service) -> AsyncIterator[CellblockClient]:
+    async with await CellblockClient.connect(service.address) as c:
+        yield c
+
+
+_counter = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def scope() -> Scope:
+    n = next(_counter)
+    return Scope(session_id=f"sess-{os.getpid()}-{n}", agent_run_id=f"agent-{n}")

@@ -1,0 +1,97 @@
+"""exec and wait argument validation (SPEC §5.1, §5.2 items 1–2)."""
+
+import pytest
+
+from cellblock.server.runs import _messages as m
+from cellblock.server.runs._input import (
+    InputFailure,
+    ValidatedExec,
+    js_trim,
+    validate_exec,
+    validate_wait,
+)
+
+BOTH = ["javascript", "typescript"]
+
+EXEC_CASES = [
+    # (arguments, enabled, languages, force, expected)
+    ('{"code": "return 1"}', False, BOTH, False, InputFailure(m.E08)),
+    ("not json", False, BOTH, False, InputFailure(m.E08)),
+    ("not json", True, BOTH, False, InputFailure(m.E01)),
+    ("[1]", "auto", BOTH, False, InputFailure(m.E01)),
+    ('"code"', True, BOTH, False, InputFailure(m.E01)),
+    ('{"code": NaN}', True, BOTH, False, InputFailure(m.E01)),
+    ("", True, BOTH, False, InputFailure(m.E01)),
+    ('{"code": "a", "command": "b"}', True, BOTH, False, InputFailure(m.E02)),
+    ('{"code": "a", "command": "a "}', True, BOTH, False, InputFailure(m.E02)),
+    ('{"code": "a", "command": "b", "language": 7}', True, BOTH, False, InputFailure(m.E02)),
+    ("{}", True, BOTH, False, InputFailure(m.E03)),
+    ('{"code": null, "command": "  "}', True, BOTH, False, InputFailure(m.E03)),
+    ('{"code": 5, "command": ["x"]}', True, BOTH, False, InputFailure(m.E03)),
+    ('{"code": "\\u00a0\\ufeff\\n\\t"}', True, BOTH, False, InputFailure(m.E03)),
+    ('{"code": "x", "language": 1, "typecheck": true}', True, BOTH, False, InputFailure(m.E04)),
+    ('{"code": "x", "language": "bash"}', True, BOTH, False, InputFailure(m.E04)),
+    ('{"code": "x", "language": "JavaScript"}', True, BOTH, False, InputFailure(m.E04)),
+    (
+        '{"code": "x", "language": "typescript", "typecheck": 1}',
+        True,
+        ["javascript"],
+        False,
+        InputFailure(m.e05("typescript")),
+    ),
+    (
+        '{"code": "x", "language": "javascript"}',
+        True,
+        ["typescript"],
+        False,
+        InputFailure(m.e05("javascript")),
+    ),
+    ('{"code": "x", "typecheck": false}', True, BOTH, False, InputFailure(m.E06)),
+    ('{"code": "x", "typecheck": null, "restartSafe": 1}', True, BOTH, False, InputFailure(m.E06)),
+    ('{"code": "x", "restartSafe": "yes"}', True, BOTH, False, InputFailure(m.E07)),
+    ('{"code": "x", "restartSafe": 0}', True, BOTH, False, InputFailure(m.E07)),
+    # Accepted.
+    ('{"code": " x "}', True, BOTH, False, ValidatedExec(" x ", "javascript", False)),
+    ('{"command": "c", "code": "  "}', "auto", BOTH, False, ValidatedExec("c", "javascript", False)),
+    ('{"command": "c", "code": "c"}', True, BOTH, False, ValidatedExec("c", "javascript", False)),
+    ('{"code": "x", "language": null}', True, ["typescript"], False, ValidatedExec("x", "typescript", False)),
+    ('{"code": "x"}', True, ["typescript", "javascript"], False, ValidatedExec("x", "javascript", False)),
+    ('{"code": "x", "language": "typescript"}', True, BOTH, False, ValidatedExec("x", "typescript", False)),
+    ('{"code": "x", "restartSafe": null}', True, BOTH, False, ValidatedExec("x", "javascript", False)),
+    ('{"code": "x", "restartSafe": true}', True, BOTH, False, ValidatedExec("x", "javascript", True)),
+    ('{"code": "x", "restartSafe": false}', True, BOTH, True, ValidatedExec("x", "javascript", True)),
+    ('{"code": "x", "other": 1}', True, BOTH, False, ValidatedExec("x", "javascript", False)),
+]
+
+
+@pytest.mark.parametrize(("arguments", "enabled", "languages", "force", "expected"), EXEC_CASES)
+def test_validate_exec(
+    arguments: str, enabled: object, languages: list[str], force: bool, expected: object
+) -> None:
+    result = validate_exec(
+        arguments, enabled=enabled, languages=languages, force_restart_safe=force  # type: ignore[arg-type]
+    )
+    assert result == expected
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ("nope", InputFailure(m.W01)),
+        ("[]", InputFailure(m.W01)),
+        ("null", InputFailure(m.W01)),
+        ("{}", InputFailure(m.W02)),
+        ('{"runId": "  "}', InputFailure(m.W02)),
+        ('{"runId": 5, "run_id": null}', InputFailure(m.W02)),
+        ('{"runId": " run_ab "}', "run_ab"),
+        ('{"runId": "", "run_id": "run_cd\\n"}', "run_cd"),
+        ('{"runId": "run_1", "run_id": "run_2"}', "run_1"),
+    ],
+)
+def test_validate_wait(arguments: str, expected: object) -> None:
+    assert validate_wait(arguments) == expected
+
+
+def test_js_trim_matches_ecmascript() -> None:
+    assert js_trim("\u2028\u3000\ufeff a \u00a0\r\n") == "a"
+    assert js_trim("\x1c a") == "\x1c a"
