@@ -20,10 +20,14 @@ die() { say "ERROR: $*"; exit 1; }
 engine_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
 
 # pgrep (procps) is not on every minimal machine; read /proc instead.
+# /proc/PID/stat is "PID (COMM) STATE ..."; a zombie (Z) dockerd has already exited.
 dockerd_running() {
-    local comm
-    for comm in /proc/[0-9]*/comm; do
-        [ "$(cat "$comm" 2>/dev/null)" = dockerd ] && return 0
+    local stat
+    for stat in /proc/[0-9]*/stat; do
+        case "$(cat "$stat" 2>/dev/null)" in
+            *"(dockerd) Z"*) ;;
+            *"(dockerd) "*) return 0 ;;
+        esac
     done
     return 1
 }

@@ -4,7 +4,6 @@ import json
 import math
 
 import pytest
-
 from cellblock.server.runs._output import (
     GUIDANCE,
     OutputBudget,
@@ -133,9 +132,9 @@ def test_value_truncation() -> None:
     assert reference_size(longer) > 1024
     assert marker == {
         "truncated": True,
-        "omittedBytes": 2002 - 930,
+        "omittedBytes": 2002 - 891,
         "guidance": GUIDANCE,
-        "prefix": '"' + "x" * 929,
+        "prefix": '"' + "x" * 890,  # the quote is escaped: 892 bytes in the marker
     }
 
 

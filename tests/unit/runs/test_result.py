@@ -1,7 +1,6 @@
 """Model-facing result objects (SPEC §10.5)."""
 
 import pytest
-
 from cellblock.server.runs._result import (
     completed_result,
     failed_result,

@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import tree_sitter
 from cellblock.server.runs import _messages as m
@@ -1112,8 +1111,3 @@ def prepare_source(source: str, language: str) -> PreparedSource | InputFailure:
 
 def _position(text: _Text, byte_offset: int) -> tuple[int, int]:
     return text.line_column(text.char_index(byte_offset))
-
-
-def _debug_tree(source: str, language: str = "javascript") -> Any:  # pragma: no cover
-    """Returns the S-expression of the parse tree (debugging aid)."""
-    return str(_parser(language).parse(source.encode()).root_node)

@@ -1,0 +1,117 @@
+"""Input and output contracts of host entries (SPEC §8.4, [B08], [B10])."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogEntry, check_input_contract, check_output_contract
+
+PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "count": {"type": "integer", "minimum": 1},
+        "mode": {"enum": ["r", "w"]},
+        "opts": {
+            "type": "object",
+            "properties": {"depth": {"type": "integer"}, "note": {"type": "string", "nullable": True}},
+            "required": ["depth"],
+        },
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}},
+    },
+    "required": ["path", "count"],
+    "additionalProperties": False,
+}
+
+OUTPUT = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+
+def entry(parameters: Any = PARAMETERS, output: Any = OUTPUT, source: str = "host") -> CatalogEntry:
+    tool: dict[str, Any] = {"source": source, "owner": "o", "name": "t", "parameters": parameters, "outputSchema": output}
+    (registered,) = Catalog().register([tool]).entries
+    return registered
+
+
+HOST = entry()
+
+
+def input_problem(arguments: Any, target: CatalogEntry = HOST) -> str:
+    with pytest.raises(BridgeReplyError) as caught:
+        check_input_contract(target, arguments)
+    error = caught.value
+    assert (error.provenance, error.code) == ("input", "input_contract")
+    prefix = f'Tool "{target.id}" input does not match its parameters: '
+    assert error.message.startswith(prefix) and error.message.endswith(".")
+    return error.message[len(prefix) : -1]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "problems"),
+    [
+        ({}, "missing required argument(s): path, count"),
+        ({"count": 1}, "missing required argument(s): path"),
+        ({"path": "a", "count": 1, "zz": 1, "aa": 2}, "unexpected argument(s): zz, aa"),
+        ({"count": 1, "extra": True}, "missing required argument(s): path; unexpected argument(s): extra"),
+        ({"path": "a", "count": "3"}, "/count: must be integer"),
+        ({"path": "a", "count": 0}, "/count: must be >= 1"),
+        ({"path": "a", "count": 1, "mode": "x"}, '/mode: must be one of ["r","w"]'),
+        ({"path": "a", "count": 1, "opts": {}}, '/opts: missing required property "depth"'),
+        ({"path": "a", "count": 1, "opts": {"depth": 1.5}}, "/opts/depth: must be integer"),
+        ({"path": "a", "count": 1, "opts": {"depth": 1, "note": 5}}, "/opts/note: must be string or null"),
+        ({"path": "a", "count": 1, "tags": ["ok", "long"]}, "/tags/1: must have at most 3 characters"),
+        ([1], "/: must be object"),
+    ],
+)
+def test_input_contract_problems(arguments: Any, problems: str) -> None:
+    assert input_problem(arguments) == problems
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"path": "a", "count": 1},
+        {"path": "a", "count": 2, "mode": "w", "opts": {"depth": 0, "note": None}, "tags": ["a"]},
+    ],
+)
+def test_input_contract_accepts(arguments: Any) -> None:
+    check_input_contract(HOST, arguments)
+
+
+def test_nullable_allows_null_at_top_level_of_a_property_and_in_enums() -> None:
+    target = entry({"type": "object", "properties": {"m": {"type": "string", "enum": ["a"], "nullable": True}}})
+    check_input_contract(target, {"m": None})
+    assert input_problem({"m": "b"}, target) == '/m: must be one of ["a"]'
+
+
+def test_entries_without_contracts_pass_anything() -> None:
+    check_input_contract(entry(parameters=None), {"anything": 1})
+    check_input_contract(entry(source="client", parameters={"type": "object", "required": ["x"]}), {})
+    check_output_contract(entry(output=None), {"details": 5})
+    check_output_contract(entry(source="mcp", output=OUTPUT), {"content": []})
+
+
+@pytest.mark.parametrize(
+    "result",
+    [{"content": []}, {"details": {"text": 5}}, {"details": None}, "text", None],
+)
+def test_output_contract_rejects(result: Any) -> None:
+    with pytest.raises(BridgeReplyError) as caught:
+        check_output_contract(HOST, result)
+    assert caught.value.message == 'Tool "host:o:t" returned details that do not match its declared outputSchema.'
+    assert caught.value.provenance == "internal"
+    assert caught.value.code is None
+
+
+def test_output_contract_accepts_matching_details() -> None:
+    check_output_contract(HOST, {"content": [], "details": {"text": "ok", "more": 1}})
+
+
+def test_output_nullable_details() -> None:
+    check_output_contract(entry(output={"type": "object", "nullable": True}), {"details": None})
+
+
+def test_unresolvable_reference_is_reported_not_raised() -> None:
+    target = entry({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}})
+    assert input_problem({"a": 1}, target) == "/: the parameters schema could not be evaluated for this input"

@@ -1,0 +1,208 @@
+"""Lookup, suggestions (SPEC §7.6), convenience names (§7.7) and identifiers (§8.5)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cellblock.server.catalog import (
+    BridgeReplyError,
+    Catalog,
+    CatalogView,
+    assign_identifiers,
+    normalise_tool_name,
+    server_identifiers,
+    to_identifier,
+)
+from cellblock.server.catalog._identifiers import TOOL_RESERVED
+
+TAIL = " Find tools with tools.search, inspect one with tools.describe, then call it with its exact id or name."
+
+
+def view_of(*tools: dict[str, Any]) -> CatalogView:
+    return Catalog().register(list(tools))
+
+
+FILES = view_of(
+    {"source": "host", "name": "read"},
+    {"source": "host", "name": "read_file"},
+    {"source": "host", "owner": "fs", "name": "write_file"},
+    {"source": "client", "owner": "app", "name": "select_file", "description": "Use instead of read_files for dialogs"},
+    {"source": "mcp", "owner": "gh", "name": "create_issue"},
+)
+
+
+def reply(view: CatalogView, text: Any, helper: Any = "tools.call") -> BridgeReplyError:
+    with pytest.raises(BridgeReplyError) as caught:
+        view.resolve(text, helper)
+    return caught.value
+
+
+def test_exact_id_then_exact_name() -> None:
+    assert FILES.resolve("host:core:read").id == "host:core:read"
+    assert FILES.resolve("write_file").id == "host:fs:write_file"
+    view = view_of({"source": "host", "name": "host:core:b"}, {"source": "host", "name": "b"})
+    assert view.resolve("host:core:b").id == "host:core:b"
+
+
+def test_ambiguous_name_lists_three_ids_then_dots() -> None:
+    view = view_of(*({"source": "host", "owner": f"o{i}", "name": "dup"} for i in (3, 1, 4, 2)))
+    error = reply(view, "dup")
+    assert error.message == (
+        'Ambiguous tool name "dup": it matches 4 tools (host:o1:dup, host:o2:dup, host:o3:dup, ...). '
+        "Use an exact tool id."
+    )
+    assert error.provenance == "internal"
+    two = view_of({"source": "host", "name": "dup"}, {"source": "client", "name": "dup"})
+    assert reply(two, "dup").message == (
+        'Ambiguous tool name "dup": it matches 2 tools (client:client:dup, host:core:dup). Use an exact tool id.'
+    )
+
+
+def test_unknown_with_hand_scored_suggestions() -> None:
+    # read: 40 (name in needle) + 40 (name is a needle token) + 12 ("read") = 92
+    # read_file: 40 (name in needle) + 12 ("read") = 52; select_file: 8 (description); write_file: 0
+    error = reply(FILES, "read_files")
+    assert error.message == "Unknown tool: read_files. Did you mean: read, read_file, select_file?" + TAIL
+    assert error.provenance == "internal"
+
+
+def test_suggestions_use_ids_for_shared_names_and_sort_ties_by_text() -> None:
+    view = view_of(
+        {"source": "host", "name": "read"},
+        {"source": "host", "owner": "zz", "name": "read"},
+        {"source": "host", "name": "read_file"},
+    )
+    assert reply(view, "read_files").message == (
+        "Unknown tool: read_files. Did you mean: host:core:read, host:zz:read, read_file?" + TAIL
+    )
+
+
+def test_id_containing_the_needle_scores() -> None:
+    view = view_of({"source": "host", "owner": "weather", "name": "get"}, {"source": "host", "name": "other"})
+    assert reply(view, "eathe").message == "Unknown tool: eathe. Did you mean: get?" + TAIL
+
+
+def test_unknown_without_suggestions() -> None:
+    assert reply(FILES, "zzz").message == "Unknown tool: zzz." + TAIL
+
+
+def test_mcp_ids_are_unknown_and_suggest_nothing() -> None:
+    assert reply(FILES, "mcp:gh:create_issue").message == "Unknown tool: mcp:gh:create_issue." + TAIL
+    # The MCP tool's name is not in the guest view either.
+    assert reply(FILES, "create_issue").message.startswith("Unknown tool: create_issue.")
+
+
+def test_echoed_text_is_cut_to_200_characters() -> None:
+    message = reply(FILES, "q" * 300).message
+    assert "q" * 200 + "." in message and "q" * 201 not in message
+    ambiguous = view_of({"source": "host", "name": "n" * 300}, {"source": "client", "name": "n" * 300})
+    assert f'"{"n" * 200}"' in reply(ambiguous, "n" * 300).message
+
+
+@pytest.mark.parametrize(
+    ("helper", "message"),
+    [
+        ("tools.describe", "tools.describe id must be a string."),
+        ("tools.call", "tools.call id must be a string."),
+        ("tools.callValue", "tools.callValue id must be a string."),
+    ],
+)
+def test_id_type_errors(helper: str, message: str) -> None:
+    error = reply(FILES, 42, helper)
+    assert (error.message, error.provenance) == (message, "input")
+
+
+def test_describe_counts_and_adds_schemas() -> None:
+    catalog = Catalog()
+    view = catalog.register(
+        [
+            {"source": "host", "name": "h", "parameters": {"type": "object"}, "outputSchema": {"type": "string"}},
+            {"source": "client", "name": "c", "outputSchema": {"type": "string"}},
+        ]
+    )
+    assert view.describe("h") == {
+        "id": "host:core:h",
+        "source": "host",
+        "sourceName": "core",
+        "name": "h",
+        "description": "",
+        "input": "{ ... }",
+        "output": "string",
+        "parameters": {"type": "object"},
+        "outputSchema": {"type": "string"},
+    }
+    assert view.describe("client:client:c") == {
+        "id": "client:client:c",
+        "source": "client",
+        "sourceName": "client",
+        "name": "c",
+        "description": "",
+        "input": "unknown",
+        "parameters": {},
+    }
+    with pytest.raises(BridgeReplyError):
+        view.describe(None)
+    assert catalog.counters.snapshot().describe_count == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "safe"),
+    [("read-file", "read_file"), ("2fa", "tool_2fa"), ("$ok_1", "$ok_1"), ("héllo wörld", "h_llo_w_rld"), ("a.b", "a_b")],
+)
+def test_normalise_tool_name(name: str, safe: str) -> None:
+    assert normalise_tool_name(name) == safe
+
+
+def test_convenience_names_only_for_unique_unreserved_guest_names() -> None:
+    view = view_of(
+        {"source": "host", "name": "read-file"},
+        {"source": "host", "name": "a-b"},
+        {"source": "client", "name": "a_b"},
+        {"source": "host", "name": "toString"},
+        {"source": "host", "name": "callValue"},
+        {"source": "host", "name": "__cellblock_x"},
+        {"source": "host", "name": "__proto__"},
+        {"source": "mcp", "owner": "gh", "name": "create_issue"},
+        {"source": "client", "name": "2fa"},
+    )
+    assert view.convenience_names() == {"tool_2fa": "client:client:2fa", "read_file": "host:core:read-file"}
+
+
+@pytest.mark.parametrize(
+    ("name", "identifier"),
+    [
+        ("create_issue", "createIssue"),
+        ("chrome-devtools", "chromeDevtools"),
+        ("GitHub", "gitHub"),
+        ("1st-server", "stServer"),
+        ("---", "server"),
+        ("123", "server"),
+        ("my server.v2", "myServerV2"),
+    ],
+)
+def test_to_identifier(name: str, identifier: str) -> None:
+    assert to_identifier(name, "server") == identifier
+
+
+def test_server_identifiers_are_unique_and_avoid_reserved_names() -> None:
+    assert server_identifiers(["tools", "constructor", "a-b", "a_b", "a b", "MCP"]) == {
+        "MCP": "mCP",
+        "a b": "aB",
+        "a-b": "aB2",
+        "a_b": "aB3",
+        "constructor": "constructor2",
+        "tools": "tools2",
+    }
+
+
+def test_tool_identifiers_avoid_reserved_names() -> None:
+    names = ["delete", "class", "prototype", "resources", "$api"]
+    assert assign_identifiers(names, reserved=TOOL_RESERVED, fallback="tool") == [
+        "delete2",
+        "class2",
+        "prototype2",
+        "resources2",
+        "api",
+    ]
