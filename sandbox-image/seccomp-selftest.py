@@ -82,7 +82,7 @@ def _inside(sock_dir: str) -> int:
 
     def raw(name: str, *args: int) -> int:
         ctypes.set_errno(0)
-        return libc.syscall(ctypes.c_long(nr[name]), *[ctypes.c_long(a) for a in args])
+        return int(libc.syscall(ctypes.c_long(nr[name]), *[ctypes.c_long(a) for a in args]))
 
     # ---- the environment is the locked-down one
     def environment() -> str:
@@ -90,7 +90,7 @@ def _inside(sock_dir: str) -> int:
             line.split(":\t", 1) for line in Path("/proc/self/status").read_text().splitlines()
             if ":\t" in line
         )
-        facts = {
+        facts: dict[str, Any] = {
             "uid": os.getuid(), "gid": os.getgid(),
             "Seccomp": status.get("Seccomp", "?").strip(),
             "NoNewPrivs": status.get("NoNewPrivs", "?").strip(),
@@ -202,7 +202,8 @@ def _inside(sock_dir: str) -> int:
 
         async def aio_call() -> bytes:  # the guest agent uses grpc.aio on asyncio
             async with grpc.aio.insecure_channel(f"unix:{path}") as channel:
-                return await channel.unary_unary(ECHO_METHOD)(b"attach-aio", timeout=10)
+                reply: bytes = await channel.unary_unary(ECHO_METHOD)(b"attach-aio", timeout=10)
+                return reply
 
         import asyncio
         reply = asyncio.run(aio_call())
@@ -281,7 +282,7 @@ def _inside(sock_dir: str) -> int:
 
     # Raw syscalls with NULL/invalid arguments: allowed they would fail with EFAULT,
     # EINVAL or EBADF; filtered they fail with EPERM before the kernel looks at them.
-    raw_denied = {
+    raw_denied: dict[str, tuple[Any, ...]] = {
         "keyctl": ("keyctl", 0, -3, 0),  # KEYCTL_GET_KEYRING_ID(session): works unfiltered
         "add_key": ("add_key", 0, 0, 0, 0, 0),
         "bpf": ("bpf", 0, 0, 0),
@@ -316,8 +317,11 @@ def _inside(sock_dir: str) -> int:
     check("denied", "ioctl(TIOCSTI)", ioctl_tiocsti)
     check("denied", "mount", mount)
     check("denied", "chroot", chroot)
+    def raw_denied_check(name: str, args: tuple[int, ...]) -> Callable[[], str]:
+        return lambda: expect_eperm(raw(name, *args), name)
+
     for label, (name, *args) in raw_denied.items():
-        check("denied", label, lambda name=name, args=args: expect_eperm(raw(name, *args), name))
+        check("denied", label, raw_denied_check(name, tuple(args)))
     # Last: were it allowed, PTRACE_TRACEME would leave this process traced by its parent.
     check("denied", "ptrace(PTRACE_TRACEME)", ptrace)
     return 0 if all(r["ok"] for r in results) else 1

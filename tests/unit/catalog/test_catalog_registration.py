@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 import pytest
-
 from cellblock.server.catalog import Catalog, CatalogRegistrationError
 from cellblock.server.config import CodeModeConfig
 
@@ -256,3 +255,14 @@ def test_direct_tools() -> None:
     ]
     merged = catalog.register([{"source": "host", "name": "write"}], mode="merge", direct_tool_names=["write"])
     assert [t["name"] for t in merged.direct_tools()] == ["ui", "read", "shown", "write"]
+
+
+def test_schema_check_results_are_stable_when_remembered() -> None:
+    bad = {"source": "host", "name": "x", "parameters": {"type": "object", "properties": {"a": {"minLength": -1}}}}
+    problems = []
+    for _ in range(2):
+        with pytest.raises(CatalogRegistrationError) as caught:
+            Catalog().register([bad])
+        problems.append(caught.value.problem)
+    assert problems[0] == problems[1]
+    assert problems[0].startswith("parameters is not a valid JSON Schema: /properties/a/minLength: ")

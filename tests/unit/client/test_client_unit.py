@@ -15,12 +15,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import cellblock.client
 import grpc
 import grpc.aio
 import pytest
 import pytest_asyncio
-
-import cellblock.client
 from cellblock.client import (
     CellblockClient,
     FailedPreconditionError,
@@ -43,7 +42,7 @@ from cellblock.v1 import (
     run_service_pb2_grpc,
 )
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
+pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(30)]
 
 SCOPE = Scope(session_id="sess-1", agent_run_id="agent-1")
 RUN_ID = "run_" + "a" * 32
@@ -282,7 +281,7 @@ class FakeRuns(run_service_pb2_grpc.RunServiceServicer):
         return run_service_pb2.CancelRunResponse(previous_state=run_service_pb2.RUN_STATE_SUSPENDED)
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(loop_scope="function")
 async def fake() -> AsyncIterator[tuple[FakeState, str]]:
     state = FakeState()
     server = grpc.aio.server()
@@ -297,7 +296,7 @@ async def fake() -> AsyncIterator[tuple[FakeState, str]]:
         await server.stop(grace=None)
 
 
-@pytest_asyncio.fixture
+@pytest_asyncio.fixture(loop_scope="function")
 async def client(fake: tuple[FakeState, str]) -> AsyncIterator[CellblockClient]:
     async with await CellblockClient.connect(fake[1], timeout=5) as c:
         yield c
@@ -307,7 +306,7 @@ async def client(fake: tuple[FakeState, str]) -> AsyncIterator[CellblockClient]:
 # Public surface
 
 
-def test_exported_names_are_pinned() -> None:
+async def test_exported_names_are_pinned() -> None:
     assert cellblock.client.__all__ == [
         "BridgeCallCounts",
         "Catalog",
@@ -353,7 +352,7 @@ def test_exported_names_are_pinned() -> None:
         assert getattr(cellblock.client, name) is not None
 
 
-def test_error_tree_and_registry() -> None:
+async def test_error_tree_and_registry() -> None:
     for cls, code in [
         (cellblock.client.InvalidArgumentError, grpc.StatusCode.INVALID_ARGUMENT),
         (cellblock.client.NotFoundError, grpc.StatusCode.NOT_FOUND),

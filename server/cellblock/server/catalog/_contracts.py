@@ -83,13 +83,37 @@ def compile_schema(schema: object, field: str) -> Validator:
             raise ValueError(f"{field} names an unsupported $schema: {compact_json(named)[:200]}")
         uri = normalised
     cls = _DRAFTS[uri]
-    try:
-        cls.check_schema(schema)
-    except SchemaError as error:
-        where = _pointer(error.absolute_path)
-        raise ValueError(f"{field} is not a valid JSON Schema: {where}: {error.message[:200]}") from None
+    problem = _metaschema_problem(uri, cls, schema)
+    if problem is not None:
+        raise ValueError(f"{field} is not a valid JSON Schema: {problem}")
     validator: Validator = cls(schema)
     return validator
+
+
+# Checking a schema against its metaschema costs about a millisecond; runtimes re-register the
+# same schemas on every turn, so results are remembered by the schema's JSON text.
+_CHECKED: dict[tuple[str, str], str | None] = {}
+_CHECKED_MAX = 4096
+
+
+def _metaschema_problem(uri: str, cls: Any, schema: object) -> str | None:
+    """Returns why ``schema`` fails its metaschema (``<pointer>: <message>``), or ``None``."""
+    try:
+        key: tuple[str, str] | None = (uri, json.dumps(schema, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError):
+        key = None
+    if key is not None and key in _CHECKED:
+        return _CHECKED[key]
+    try:
+        cls.check_schema(schema)
+        problem = None
+    except SchemaError as error:
+        problem = f"{_pointer(error.absolute_path)}: {error.message[:200]}"
+    if key is not None:
+        if len(_CHECKED) >= _CHECKED_MAX:
+            _CHECKED.clear()
+        _CHECKED[key] = problem
+    return problem
 
 
 def _pointer(path: Any) -> str:

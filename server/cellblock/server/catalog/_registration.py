@@ -24,7 +24,7 @@ CONTROL_TOOL_NAMES: frozenset[str] = frozenset({"tool_search_code", "tool_search
 _DEFAULT_OWNERS: dict[str, str] = {"host": "core", "client": "client"}
 
 
-class _Problem(Exception):
+class _ToolProblemError(Exception):
     """One tool's registration problem, reported with the tool's index."""
 
 
@@ -50,14 +50,14 @@ def _optional_bool(tool: Mapping[str, Any], key: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise _Problem(f"{key} must be a boolean")
+        raise _ToolProblemError(f"{key} must be a boolean")
     return value
 
 
 def _optional_string(tool: Mapping[str, Any], key: str) -> str | None:
     value = tool.get(key)
     if value is not None and not isinstance(value, str):
-        raise _Problem(f"{key} must be a string")
+        raise _ToolProblemError(f"{key} must be a string")
     return value
 
 
@@ -65,33 +65,33 @@ def _owner(tool: Mapping[str, Any], source: str) -> str:
     value = tool.get("owner")
     if value is None:
         if source == "mcp":
-            raise _Problem("owner (the MCP server name) is required for mcp tools")
+            raise _ToolProblemError("owner (the MCP server name) is required for mcp tools")
         return _DEFAULT_OWNERS[source]
     if not isinstance(value, str):
-        raise _Problem("owner must be a string")
+        raise _ToolProblemError("owner must be a string")
     owner = js_trim(value)
     if not owner:
-        raise _Problem("owner must not be empty")
+        raise _ToolProblemError("owner must not be empty")
     if ":" in owner or any(ch.isspace() for ch in owner):
-        raise _Problem("owner must not contain ':' or whitespace")
+        raise _ToolProblemError("owner must not contain ':' or whitespace")
     return owner
 
 
 def _name(tool: Mapping[str, Any]) -> str:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
-        raise _Problem("name is required and must be a non-empty string")
+        raise _ToolProblemError("name is required and must be a non-empty string")
     if any(unicodedata.category(ch) == "Cc" for ch in name):
-        raise _Problem("name must not contain control characters")
+        raise _ToolProblemError("name must not contain control characters")
     return name
 
 
 def _parse_tool(index: int, tool: object) -> RegisteredTool:
     if not isinstance(tool, Mapping):
-        raise _Problem("tool must be an object")
+        raise _ToolProblemError("tool must be an object")
     source = tool.get("source")
     if source not in ("host", "mcp", "client") or not isinstance(source, str):
-        raise _Problem("source is required and must be host, mcp or client")
+        raise _ToolProblemError("source is required and must be host, mcp or client")
     typed_source: Source = source  # type: ignore[assignment]
     owner = _owner(tool, source)
     name = _name(tool)
@@ -108,9 +108,9 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
         elif isinstance(operation_raw, str) and operation_raw in MCP_OPERATIONS:
             operation = operation_raw  # type: ignore[assignment]
         else:
-            raise _Problem("operation must be one of " + ", ".join(MCP_OPERATIONS))
+            raise _ToolProblemError("operation must be one of " + ", ".join(MCP_OPERATIONS))
     elif operation_raw is not None:
-        raise _Problem("operation is only allowed for mcp tools")
+        raise _ToolProblemError("operation is only allowed for mcp tools")
     parameters = copy.deepcopy(tool.get("parameters"))
     output_schema = copy.deepcopy(tool.get("outputSchema"))
     entry_id = f"{source}:{owner}:{name}"
@@ -170,7 +170,7 @@ def parse_tools(tools: object) -> list[RegisteredTool]:
     for index, tool in enumerate(tools):
         try:
             registered = _parse_tool(index, tool)
-        except (_Problem, ValueError) as error:
+        except (_ToolProblemError, ValueError) as error:
             raise CatalogRegistrationError(index, str(error)) from None
         entry_id = registered.entry.id
         if entry_id in seen:
