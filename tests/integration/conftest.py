@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from cellblock.client import CellblockClient, Scope
-from cellblock.server.app import Service, ServerSettings, start_service
+from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.executors._docker import CELL_LABEL
 
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")

@@ -35,6 +35,7 @@ from typing import Any, Generic, Self, TypeAlias, TypeVar
 
 import grpc
 import grpc.aio
+
 from cellblock.client._errors import (
     CellblockError,
     ProtocolError,

@@ -24,7 +24,7 @@ from grpc_reflection.v1alpha import reflection
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.executors import DockerExecutor, DockerExecutorConfig, Executor, ProcessExecutor
 from cellblock.server.logging import configure_logging
-from cellblock.server.runs import RunRegistry, Runner
+from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.services import CatalogService, CodeModeService, RunService, ServiceState
 from cellblock.server.services._state import Admission
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc

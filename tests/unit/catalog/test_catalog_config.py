@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from cellblock.server import config as config_module
 from cellblock.server.config import DEFAULT_MODEL_TIERS, CodeModeConfig, Limits
 
@@ -139,7 +140,8 @@ def test_direct_construction_validates(kwargs: dict[str, Any]) -> None:
 
 
 def test_direct_construction_accepts_a_tier_mapping() -> None:
-    assert CodeModeConfig(model_tiers={"a/b": "preferred"}).model_tiers == (("a/b", "preferred"),)
+    tiers: Any = {"a/b": "preferred"}
+    assert CodeModeConfig(model_tiers=tiers).model_tiers == (("a/b", "preferred"),)
 
 
 def test_fixed_constants() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogEntry, check_input_contract, check_output_contract
 
 PARAMETERS = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from cellblock.server.catalog import INPUT_LIMITS, OUTPUT_LIMITS, Hint, input_hint, output_hint, render_hint
 
 S = {"type": "string"}

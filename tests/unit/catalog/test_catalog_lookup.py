@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from cellblock.server.catalog import (
     BridgeReplyError,
     Catalog,
@@ -23,13 +24,14 @@ def view_of(*tools: dict[str, Any]) -> CatalogView:
     return Catalog().register(list(tools))
 
 
-FILES = view_of(
+FILE_TOOLS: list[dict[str, Any]] = [
     {"source": "host", "name": "read"},
     {"source": "host", "name": "read_file"},
     {"source": "host", "owner": "fs", "name": "write_file"},
     {"source": "client", "owner": "app", "name": "select_file", "description": "Use instead of read_files for dialogs"},
     {"source": "mcp", "owner": "gh", "name": "create_issue"},
-)
+]
+FILES = view_of(*FILE_TOOLS)
 
 
 def reply(view: CatalogView, text: Any, helper: Any = "tools.call") -> BridgeReplyError:
@@ -65,6 +67,11 @@ def test_unknown_with_hand_scored_suggestions() -> None:
     error = reply(FILES, "read_files")
     assert error.message == "Unknown tool: read_files. Did you mean: read, read_file, select_file?" + TAIL
     assert error.provenance == "internal"
+    # read_files_x: 40 (id contains the needle) + 24 ("read", "files") = 64, between read and read_file.
+    more = view_of(*FILE_TOOLS, {"source": "host", "name": "read_files_x"})
+    assert reply(more, "read_files").message == (
+        "Unknown tool: read_files. Did you mean: read, read_files_x, read_file?" + TAIL
+    )
 
 
 def test_suggestions_use_ids_for_shared_names_and_sort_ties_by_text() -> None:
@@ -75,6 +82,20 @@ def test_suggestions_use_ids_for_shared_names_and_sort_ties_by_text() -> None:
     )
     assert reply(view, "read_files").message == (
         "Unknown tool: read_files. Did you mean: host:core:read, host:zz:read, read_file?" + TAIL
+    )
+
+
+def test_label_or_description_bonus_is_exactly_eight() -> None:
+    # aa_bb_cc_dd: 4 needle tokens x 12 = 48. "~": 40 (name in needle) + 8 (description) = 48,
+    # so the tie is broken by text. zz_aa: 12 (token "aa").
+    view = view_of(
+        {"source": "host", "name": "~", "description": "see aa bb cc dd ~ here"},
+        {"source": "host", "name": "aa_bb_cc_dd"},
+        {"source": "host", "name": "zz_aa"},
+        {"source": "host", "name": "unrelated"},
+    )
+    assert reply(view, "aa bb cc dd ~").message == (
+        "Unknown tool: aa bb cc dd ~. Did you mean: aa_bb_cc_dd, ~, zz_aa?" + TAIL
     )
 
 

@@ -118,13 +118,14 @@ def test_greedy_skips_a_line_that_does_not_fit_and_keeps_trying() -> None:
 
 
 def test_greedy_sizing_uses_total_count_footer() -> None:
-    # Each line is 40 characters; with the bound set so that exactly two lines fit next to the
-    # sizing footer (N = 3), the third is left out although it would fit next to "1 more...".
-    entries = Catalog().register([host(f"t{i}") for i in range(3)]).entries
+    # Twelve equal lines. The bound fits three lines next to "9 more ..." but not next to the
+    # sizing footer "12 more ..." (one character longer), so only two lines are taken.
+    entries = Catalog().register([host(f"t{i:02d}") for i in range(12)]).entries
     lines = quick_index_lines(entries)
-    bound = len(HEADING + "\n" + "\n".join(lines[:2]) + "\n\n" + left_out(3))
+    assert len({len(line) for line in lines}) == 1
+    bound = len(HEADING + "\n" + "\n".join(lines[:3]) + "\n\n" + left_out(9))
     block = quick_index(entries, max_chars=bound)
-    assert block == HEADING + "\n" + "\n".join(lines[:2]) + "\n\n" + left_out(1)
+    assert block == HEADING + "\n" + "\n".join(lines[:2]) + "\n\n" + left_out(10)
 
 
 def test_bound_holds_when_only_the_longer_footer_overflows() -> None:

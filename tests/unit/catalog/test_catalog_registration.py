@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+
 from cellblock.server.catalog import Catalog, CatalogRegistrationError
 from cellblock.server.config import CodeModeConfig
 
@@ -139,7 +140,7 @@ def test_entry_fields_and_compact_key_order() -> None:
 
 
 def test_registered_schemas_are_private_copies() -> None:
-    schema = {"type": "object", "properties": {}}
+    schema: dict[str, Any] = {"type": "object", "properties": {}}
     view = Catalog().register([{"source": "host", "name": "x", "parameters": schema}])
     schema["properties"]["new"] = {"type": "string"}
     assert view.describe("x")["parameters"] == {"type": "object", "properties": {}}

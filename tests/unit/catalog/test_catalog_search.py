@@ -7,6 +7,7 @@ import random
 from typing import Any
 
 import pytest
+
 from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogView, document_tokens, tokenize
 from cellblock.server.config import CodeModeConfig
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+
 from cellblock.server.catalog import (
     CODE_DESC,
     Catalog,

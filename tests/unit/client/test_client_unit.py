@@ -15,11 +15,12 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import cellblock.client
 import grpc
 import grpc.aio
 import pytest
 import pytest_asyncio
+
+import cellblock.client
 from cellblock.client import (
     CellblockClient,
     FailedPreconditionError,

@@ -1,6 +1,7 @@
 """exec and wait argument validation (SPEC §5.1, §5.2 items 1–2)."""
 
 import pytest
+
 from cellblock.server.runs import _messages as m
 from cellblock.server.runs._input import (
     InputFailure,

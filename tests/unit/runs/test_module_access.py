@@ -1,6 +1,7 @@
 """Module access checks of SPEC §6.6, on the syntax tree."""
 
 import pytest
+
 from cellblock.server.runs import _messages as m
 from cellblock.server.runs._input import InputFailure
 from cellblock.server.runs._source import PreparedSource, prepare_source

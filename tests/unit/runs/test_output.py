@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+
 from cellblock.server.runs._output import (
     GUIDANCE,
     OutputBudget,

@@ -1,6 +1,7 @@
 """Model-facing result objects (SPEC §10.5)."""
 
 import pytest
+
 from cellblock.server.runs._result import (
     completed_result,
     failed_result,

@@ -3,6 +3,7 @@
 import time
 
 import pytest
+
 from cellblock.server.runs import _messages as m
 from cellblock.server.runs._input import InputFailure
 from cellblock.server.runs._source import looks_like_shell, prepare_source

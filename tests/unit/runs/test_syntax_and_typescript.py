@@ -1,6 +1,7 @@
 """Syntax errors (SPEC §6.5) and TypeScript stripping (§6.2)."""
 
 import pytest
+
 from cellblock.server.runs import _messages as m
 from cellblock.server.runs._input import InputFailure
 from cellblock.server.runs._source import PreparedSource, prepare_source

@@ -25,7 +25,7 @@ import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
-from cellblock.guest._vm import CellVM, VMPoisoned, engine_build_id
+from cellblock.guest._vm import CellVM, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
 TOKEN_ENV = "CELLBLOCK_CELL_TOKEN"
@@ -168,7 +168,7 @@ class Leg:
                     return self._end(vm, suspended=pb.Suspended(raw_bytes=raw, snapshot_bytes=len(data)))
                 else:
                     raise RuntimeError(f"unexpected host message {kind}")
-        except VMPoisoned as exc:
+        except VMPoisonedError as exc:
             self._flush(vm)
             kinds = {"interrupted": pb.FAILURE_KIND_INTERRUPTED, "memory": pb.FAILURE_KIND_MEMORY, "trap": pb.FAILURE_KIND_ENGINE_TRAP}
             return pb.LegEnd(failed=pb.Failed(kind=kinds[exc.kind], message=exc.detail))
@@ -207,7 +207,7 @@ async def _amain() -> int:
     async with grpc.aio.insecure_channel(f"unix:{socket_path}", options=options) as channel:
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout=10)
-        except (asyncio.TimeoutError, grpc.aio.AioRpcError):
+        except (TimeoutError, grpc.aio.AioRpcError):
             print("cellblock-guest: bridge socket unreachable", file=sys.stderr)
             return 3
         await Leg(token).run(channel)

@@ -30,7 +30,7 @@ _OUTPUT = "__cellblock_output"
 _CTRL_GLOBAL = "__cellblock_controller_restore"
 
 
-class VMPoisoned(Exception):
+class VMPoisonedError(Exception):
     """The VM must be discarded: interrupted, out of memory or trapped.
 
     Attributes:
@@ -157,7 +157,7 @@ class CellVM:
         Raises:
             quickjs_rs.JSError: The source does not compile (host-side source
                 preparation normally catches this first).
-            VMPoisoned: The VM was interrupted, ran out of memory or trapped.
+            VMPoisonedError: The VM was interrupted, ran out of memory or trapped.
         """
         wrapped = _WRAPPER_PREFIX + source + _WRAPPER_SUFFIX
         fn = self._guard(lambda: self._ctx.eval_handle(wrapped, filename=USER_FILE))
@@ -174,7 +174,7 @@ class CellVM:
         engine_ctx = self._ctx._engine_ctx
         self._guard(engine_ctx.run_pending_jobs)
         if self.interrupted:
-            raise VMPoisoned("interrupted", "deadline reached while computing")
+            raise VMPoisonedError("interrupted", "deadline reached while computing")
 
     def status(self) -> dict[str, Any]:
         """Returns the controller's view of the leg (phase, host work, ...)."""
@@ -230,17 +230,17 @@ class CellVM:
             return fn()
         except wasmtime.Trap as exc:
             if self.interrupted:
-                raise VMPoisoned("interrupted", "deadline reached while computing") from None
-            raise VMPoisoned("trap", str(exc).splitlines()[-1] if str(exc) else "trap") from None
+                raise VMPoisonedError("interrupted", "deadline reached while computing") from None
+            raise VMPoisonedError("trap", str(exc).splitlines()[-1] if str(exc) else "trap") from None
         except quickjs_rs.MemoryLimitError as exc:
-            raise VMPoisoned("memory", str(exc)) from None
+            raise VMPoisonedError("memory", str(exc)) from None
         except quickjs_rs.InterruptError:
-            raise VMPoisoned("interrupted", "deadline reached while computing") from None
+            raise VMPoisonedError("interrupted", "deadline reached while computing") from None
         except quickjs_rs.JSError as exc:
             if self.interrupted:
-                raise VMPoisoned("interrupted", "deadline reached while computing") from None
+                raise VMPoisonedError("interrupted", "deadline reached while computing") from None
             if "out of memory" in str(exc):
-                raise VMPoisoned("memory", str(exc)) from None
+                raise VMPoisonedError("memory", str(exc)) from None
             raise
         finally:
             self._runtime._deadline = None

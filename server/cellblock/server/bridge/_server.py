@@ -27,10 +27,6 @@ SOCKET_NAME = "bridge.sock"
 MAX_BRIDGE_MESSAGE_BYTES = 512 * 1024 * 1024
 
 
-class BridgeClosed(Exception):
-    """The cell's stream ended before its ``end`` message."""
-
-
 class _Servicer(pb_grpc.BridgeServiceServicer):
     def __init__(self, bridge: CellBridge) -> None:
         self._bridge = bridge

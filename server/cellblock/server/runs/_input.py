@@ -149,7 +149,7 @@ def validate_exec(
     if restart_safe is not None and not isinstance(restart_safe, bool):
         return InputFailure(m.E07)
     return ValidatedExec(
-        source=source,
+        source=str(source),
         language=language,  # type: ignore[arg-type]
         restart_safe=bool(force_restart_safe) or restart_safe is True,
     )
@@ -171,5 +171,5 @@ def validate_wait(arguments_json: str) -> str | InputFailure:
     for key in ("runId", "run_id"):
         value = arguments.get(key)
         if _counts(value):
-            return js_trim(value)
+            return js_trim(str(value))
     return InputFailure(m.W02)

@@ -245,7 +245,7 @@ class Leg:
             timeout = (self.deadline - now) if now < self.deadline else (kill_at - now)
             try:
                 kind, value = await asyncio.wait_for(self._events.get(), timeout=max(0.0, timeout))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if loop.time() >= kill_at:
                     assert self._cell is not None
                     await self._cell.kill()
@@ -275,12 +275,12 @@ class Leg:
                 continue
             if kind != "guest":
                 continue
-            outcome = self._on_guest(value, snapshot_parts)
+            ending = self._on_guest(value, snapshot_parts)
             if self._terminal is not None:
                 self._abandon_dispatched()
                 return self._terminal
-            if outcome is not None:
-                return await outcome
+            if ending is not None:
+                return await ending
 
     def _on_guest(self, value: Any, snapshot_parts: list[bytes]) -> Awaitable[LegOutcome] | None:
         loop = asyncio.get_running_loop()
@@ -372,7 +372,6 @@ class Leg:
         self.ports.count(kind)
 
     def _handle(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
-        run = self.run_
         args = p.args
         if p.method == "search":
             self._count("search")
@@ -380,7 +379,7 @@ class Leg:
                 value = self.ports.search(args[0] if args else None, args[1] if len(args) > 1 else None)
                 self._resolve(p, value, loop)
             except BridgeReplyError as exc:
-                self._reject(p, exc.message, exc.provenance, exc.code)
+                self._reject(p, exc.message, exc.provenance, exc.code or "")
                 self._maybe_deliver(p, loop)
             return
         if p.method == "describe":
@@ -389,7 +388,7 @@ class Leg:
                 value = self.ports.describe(args[0] if args else None)
                 self._resolve(p, value, loop)
             except BridgeReplyError as exc:
-                self._reject(p, exc.message, exc.provenance, exc.code)
+                self._reject(p, exc.message, exc.provenance, exc.code or "")
                 self._maybe_deliver(p, loop)
             return
         if p.method == "timer":
@@ -414,7 +413,7 @@ class Leg:
         try:
             entry = self.ports.resolve(p.method, args)
         except BridgeReplyError as exc:
-            self._reject(p, exc.message, exc.provenance, exc.code)
+            self._reject(p, exc.message, exc.provenance, exc.code or "")
             self._maybe_deliver(p, loop)
             return
         p.entry = entry
@@ -456,7 +455,7 @@ class Leg:
         try:
             value = self.ports.project_result(p, outcome, self.reply_inbox_bytes)
         except BridgeReplyError as exc:
-            self._reject(p, exc.message, exc.provenance, exc.code)
+            self._reject(p, exc.message, exc.provenance, exc.code or "")
             self._maybe_deliver(p, loop)
             return
         self._resolve(p, value, loop)

@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import tree_sitter
+
 from cellblock.server.runs import _messages as m
 from cellblock.server.runs._input import InputFailure, Language
 

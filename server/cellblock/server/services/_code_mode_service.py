@@ -51,7 +51,7 @@ def _overrides(msg: pb.LimitOverrides) -> dict[str, Any]:
         "max_pending_tool_calls": "maxPendingToolCalls",
         "snapshot_ttl_seconds": "snapshotTtlSeconds",
     }
-    return {camel: getattr(msg, field) for field, camel in names.items() if msg.HasField(field)}
+    return {camel: getattr(msg, field) for field, camel in names.items() if msg.HasField(field)}  # type: ignore[arg-type]
 
 
 def _result_message(report: LegReport) -> pb.Result:

@@ -6,8 +6,8 @@ import asyncio
 import json
 from typing import Any
 
-from cellblock.server.catalog._errors import BridgeReplyError
 from cellblock.server.catalog import _messages as bmsg
+from cellblock.server.catalog._errors import BridgeReplyError
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._ports import LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
