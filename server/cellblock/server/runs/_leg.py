@@ -68,6 +68,60 @@ def failed(code: str, message: str, phase: str = "host", cell_id: str = "") -> L
     return LegOutcome(status="failed", code=code, message=message, phase=phase, cell_id=cell_id)
 
 
+def reject(run: Run, p: PendingRequest, message: str, provenance: str, code: str, now: float) -> None:
+    """Settles a request with a host rejection and records its provenance (SPEC §8.2 item 6)."""
+    p.result = (False, message, code)
+    p.settled_at = now
+    run.provenance[p.bridge_id] = provenance
+    log.warning("bridge.rejected", run_id=run.run_id, bridge_id=p.bridge_id, provenance=provenance, reason=message[:200])
+
+
+def record_tool_outcome(run: Run, ports: LegPorts, outcome: ToolOutcome, inbox_bytes: int, now: float) -> PendingRequest | None:
+    """Records a runtime's answer to a dispatched nested call.
+
+    Returns:
+        The settled request, or ``None`` when the answer is for an unknown,
+        finished or already answered call (ignored, SPEC §3.5 item 6).
+    """
+    p = next((q for q in run.pending.values() if q.nested_call_id == outcome.nested_call_id and q.dispatched), None)
+    if p is None or p.result is not None:
+        return None
+    try:
+        value = ports.project_result(p, outcome, inbox_bytes)
+    except BridgeReplyError as exc:
+        reject(run, p, exc.message, exc.provenance, exc.code or "", now)
+        return p
+    p.result = (True, json.dumps(value, separators=(",", ":"), ensure_ascii=False), "")
+    p.settled_at = now
+    return p
+
+
+def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest, reserve_slot: Callable[[Run], bool]) -> bool:
+    """Sends one nested call to the runtime.
+
+    Before the run's first dispatch it takes a suspended-run slot (SPEC §10.4
+    item 3); ``bridgeDispatchStarted`` becomes true just before the dispatch.
+
+    Returns:
+        False when no slot was free (nothing was dispatched).
+    """
+    if not run.holds_slot and not reserve_slot(run):
+        return False
+    run.dispatch_started = True
+    p.dispatched = True
+    p.nested_call_id = run.next_nested_call_id()
+    assert p.entry is not None
+    if not p.entry.get("replaySafe"):
+        run.non_replay_safe_dispatched = True
+    ports.dispatch(run, p)
+    return True
+
+
+def reply_inbox_bytes(run: Run) -> int:
+    """SPEC §2.3: ``min(memoryLimitBytes, maxSnapshotBytes)``."""
+    return min(run.limits.memory_limit_bytes, run.limits.max_snapshot_bytes)
+
+
 class Leg:
     """Runs one leg of ``run`` in a fresh cell.
 
@@ -229,8 +283,8 @@ class Leg:
 
     @property
     def reply_inbox_bytes(self) -> int:
-        """SPEC §2.3: ``min(memoryLimitBytes, maxSnapshotBytes)``."""
-        return min(self.run_.limits.memory_limit_bytes, self.run_.limits.max_snapshot_bytes)
+        """The reply inbox of the run (SPEC §2.3)."""
+        return reply_inbox_bytes(self.run_)
 
     # ---------------------------------------------------------- settle loop
     async def _settle_loop(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
@@ -328,10 +382,7 @@ class Leg:
 
     # ---------------------------------------------------------- requests
     def _reject(self, p: PendingRequest, message: str, provenance: str, code: str = "") -> None:
-        p.result = (False, message, code)
-        p.settled_at = time.monotonic()
-        self.run_.provenance[p.bridge_id] = provenance
-        self._log.warning("bridge.rejected", bridge_id=p.bridge_id, provenance=provenance, reason=message[:200])
+        reject(self.run_, p, message, provenance, code, time.monotonic())
 
     def _on_request(self, req: bpb.GuestRequest, loop: asyncio.AbstractEventLoop) -> None:
         run = self.run_
@@ -426,20 +477,10 @@ class Leg:
                 self._dispatch(p, loop)
 
     def _dispatch(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
-        run = self.run_
         if loop.time() >= self.deadline or self._suspend_sent:
             return  # held for the next wait (SPEC §10.9 item 3)
-        if not run.holds_slot:
-            if not self._reserve_slot(run):
-                self._terminal = failed("invalid_input", msg.R01)
-                return
-        run.dispatch_started = True
-        p.dispatched = True
-        p.nested_call_id = run.next_nested_call_id()
-        assert p.entry is not None
-        if not p.entry.get("replaySafe"):
-            run.non_replay_safe_dispatched = True
-        self.ports.dispatch(run, p)
+        if not dispatch_request(self.run_, self.ports, p, self._reserve_slot):
+            self._terminal = failed("invalid_input", msg.R01)
 
     def _resolve(self, p: PendingRequest, value: Any, loop: asyncio.AbstractEventLoop) -> None:
         text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
@@ -448,17 +489,9 @@ class Leg:
         self._maybe_deliver(p, loop)
 
     def _on_tool_result(self, outcome: ToolOutcome, loop: asyncio.AbstractEventLoop) -> None:
-        run = self.run_
-        p = next((q for q in run.pending.values() if q.nested_call_id == outcome.nested_call_id and q.dispatched), None)
-        if p is None or p.result is not None:
-            return  # unknown, finished or repeated: ignored (SPEC §3.5 item 6)
-        try:
-            value = self.ports.project_result(p, outcome, self.reply_inbox_bytes)
-        except BridgeReplyError as exc:
-            self._reject(p, exc.message, exc.provenance, exc.code or "")
+        p = record_tool_outcome(self.run_, self.ports, outcome, self.reply_inbox_bytes, loop.time())
+        if p is not None:
             self._maybe_deliver(p, loop)
-            return
-        self._resolve(p, value, loop)
 
     def _maybe_deliver(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
         if self._suspend_sent:

@@ -19,7 +19,7 @@ from cellblock.server.config import CodeModeConfig, Limits
 from cellblock.server.executors import Executor
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._input import InputFailure, validate_exec, validate_wait
-from cellblock.server.runs._leg import Leg, LegOutcome, failed
+from cellblock.server.runs._leg import Leg, LegOutcome, dispatch_request, failed, record_tool_outcome, reply_inbox_bytes
 from cellblock.server.runs._output import OutputBudget
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._registry import RunRegistry
@@ -160,6 +160,7 @@ class Runner:
             return self._input_failure(msg.W04 if run.session_id != session_id else msg.W05, False, telemetry())
         if on_claim is not None:
             on_claim(run)
+        ports.run_id = run.run_id
         deadline = loop.time() + run.limits.timeout_ms / 1000.0
         # Settle pending yields (SPEC §10.6 item 3).
         for p in run.pending.values():
@@ -167,6 +168,34 @@ class Runner:
                 reason = p.args[0] if p.args else None
                 p.result = (True, json.dumps({"status": "yielded", "reason": reason}, separators=(",", ":"), ensure_ascii=False), "")
                 p.settled_at = loop.time()
+        # Dispatch what a yield or the deadline held back; in-flight calls keep running.
+        for p in list(run.pending.values()):
+            if p.method in ("call", "callValue", "namespace") and not p.dispatched and p.entry is not None and p.result is None:
+                if not dispatch_request(run, ports, p, self.registry.reserve_slot):
+                    return self._project(run, failed("invalid_input", msg.R01), telemetry(), [])
+        # Wait until a result is available (no cell is held meanwhile).
+        budget_s = run.limits.min_resume_budget_ms / 1000.0
+        while not any(p.result is not None for p in run.pending.values()):
+            remaining = deadline - loop.time()
+            if remaining <= budget_s:
+                break
+            try:
+                kind, value = await asyncio.wait_for(ports.next_event(), timeout=remaining - budget_s)
+            except TimeoutError:
+                break
+            if kind == "cancel":
+                for p in run.pending.values():
+                    if p.dispatched and p.nested_call_id and p.result is None:
+                        ports.cancel_notice(p.nested_call_id)
+                return self._project(run, failed("aborted", msg.R07 if value != "scope" else msg.R08), telemetry(), [])
+            if kind == "tool_result":
+                record_tool_outcome(run, ports, value, reply_inbox_bytes(run), loop.time())
+        if not any(p.result is not None for p in run.pending.values()) or deadline - loop.time() < budget_s:
+            # Nothing to deliver in time: waiting again, same run, expiry not renewed.
+            run.legs += 1
+            self.registry.release_claim(run)
+            result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=run.budget.end_leg(), replay_safe=run.replay_safe, telemetry=telemetry())
+            return LegReport(result, "waiting", "", run.run_id, run)
         return await self._run_leg(run, ports, deadline, None, telemetry)
 
     # ------------------------------------------------------------------ legs
