@@ -147,7 +147,7 @@ class CellVM:
     def install(self, config: dict[str, Any]) -> None:
         """Evaluates the controller with ``config`` and keeps its handle."""
         source = resources.files(__package__).joinpath("controller.js").read_text("utf-8")
-        config = dict(config, wrapperColumnShift=len(_WRAPPER_PREFIX))
+        config = dict(config, wrapperPrefix=_WRAPPER_PREFIX, wrapperSuffix=_WRAPPER_SUFFIX)
         factory = self._guard(lambda: self._ctx.eval_handle(source, filename="cellblock:controller.js"))
         self._ctrl = self._guard(lambda: factory.call(json.loads(json.dumps(config))))
 
@@ -159,9 +159,7 @@ class CellVM:
                 preparation normally catches this first).
             VMPoisonedError: The VM was interrupted, ran out of memory or trapped.
         """
-        wrapped = _WRAPPER_PREFIX + source + _WRAPPER_SUFFIX
-        fn = self._guard(lambda: self._ctx.eval_handle(wrapped, filename=USER_FILE))
-        self._guard(lambda: self._controller("start").call(fn))
+        self._guard(lambda: self._controller("start").call(source))
         self.drain()
 
     def settle(self, bridge_id: str, ok: bool, payload: str, code: str) -> None:

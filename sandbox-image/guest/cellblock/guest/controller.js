@@ -52,7 +52,13 @@
 
   const limits = config.limits;
   const USER_FILE = "cellblock:user.js";
-  const WRAPPER_COLUMN_SHIFT = config.wrapperColumnShift;
+  // User code is compiled by indirect eval, whose frames the engine labels
+  // `<input>`; the controller's own frames carry another label.
+  const ENGINE_USER_FILE = "<input>";
+  const WRAPPER_PREFIX = config.wrapperPrefix;
+  const WRAPPER_SUFFIX = config.wrapperSuffix;
+  const WRAPPER_COLUMN_SHIFT = WRAPPER_PREFIX.length;
+  const indirectEval = eval;
 
   // ---- UTF-8 sizes -------------------------------------------------------
   function utf8Length(s) {
@@ -354,8 +360,9 @@
       const m = call(regexExec, FRAME_RE, lines[i]);
       if (!m) continue;
       const file = m[2] !== undefined ? m[2] : m[5];
-      if (file !== USER_FILE) continue;
+      if (file !== ENGINE_USER_FILE) continue;
       let fn = m[1] !== undefined ? m[1] : "<anonymous>";
+      if (fn === "<eval>") continue;
       const line = NumberCtor(m[3] !== undefined ? m[3] : m[6]);
       let col = NumberCtor(m[4] !== undefined ? m[4] : m[7]);
       if (line === 1) col -= WRAPPER_COLUMN_SHIFT;
@@ -387,10 +394,11 @@
   function onRejected(e) { state.phase = "rejected"; state.error = e; }
 
   return freeze({
-    start(fn) {
+    start(source) {
       state.phase = "pending";
       let p;
       try {
+        const fn = indirectEval(WRAPPER_PREFIX + source + WRAPPER_SUFFIX);
         p = fn();
       } catch (e) {
         onRejected(e);
