@@ -18,7 +18,7 @@ import pytest_asyncio
 
 from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, Service, start_service
-from cellblock.server.executors._docker import CELL_LABEL
+from cellblock.server.executors import DockerExecutor
 
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
 
@@ -49,8 +49,10 @@ async def service(docker_client: docker.DockerClient, socket_dir: str) -> AsyncI
     await svc.stop()
     # Nothing may be left behind: containers, sockets, socket directories.
     await asyncio.sleep(0.2)
-    left = docker_client.containers.list(all=True, filters={"label": CELL_LABEL})
-    assert left == [], f"cell containers left behind: {[c.name for c in left]}"
+    executor = svc.executor
+    assert isinstance(executor, DockerExecutor)
+    left = executor.list_cell_containers()
+    assert left == [], f"cell containers left behind: {left}"
     assert os.listdir(socket_dir) == [], f"bridge directories left behind: {os.listdir(socket_dir)}"
 
 

@@ -31,7 +31,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Generic, Self, TypeAlias, TypeVar
+from typing import Any, Generic, Literal, Self, TypeAlias, TypeVar
 
 import grpc
 import grpc.aio
@@ -113,7 +113,7 @@ class _Stream(Generic[_Req]):
 
     def __init__(self, call: grpc.aio.StreamStreamCall, request_cls: type[_Req]) -> None:
         self._call = call
-        self._request_cls = request_cls
+        self._request_cls: type[_Req] = request_cls
         self._outbox: asyncio.Queue[tuple[_Req | _Closed, asyncio.Future[None]]] = asyncio.Queue()
         self._inbox: asyncio.Queue[_Resp | _Closed | BaseException] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write_loop())
@@ -634,10 +634,11 @@ class CellblockClient:
         run = self._runs.pop(run_id, None)
         if run is not None:
             run.abandon_all()
-        return {
+        states: dict[int, Literal["running", "suspended", "unspecified"]] = {
             run_service_pb2.RUN_STATE_RUNNING: "running",
             run_service_pb2.RUN_STATE_SUSPENDED: "suspended",
-        }.get(response.previous_state, "unspecified")
+        }
+        return states.get(response.previous_state, "unspecified")
 
     # -- legs ---------------------------------------------------------------
 

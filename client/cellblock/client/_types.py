@@ -227,7 +227,7 @@ class Tool:
             replay_safe=self.replay_safe,
             side_effecting=self.side_effecting,
             direct_only=self.direct_only,
-            operation=_OPERATION_TO_PROTO[self.operation] if self.source == "mcp" else 0,
+            operation=_OPERATION_TO_PROTO[self.operation] if self.source == "mcp" else catalog_service_pb2.MCP_OPERATION_UNSPECIFIED,
         )
 
     @classmethod

@@ -356,6 +356,30 @@ class LegEnd(_message.Message):
 Global___LegEnd: _TypeAlias = LegEnd  # noqa: Y015
 
 @_typing.final
+class Idle(_message.Message):
+    """Idle says the guest's job queue is empty and its program waits on host
+    work; the guest sends it each time it starts waiting for host messages.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HOST_WORK_FIELD_NUMBER: _builtins.int
+    host_work: _builtins.int
+    """Requests of host work the guest still waits for."""
+    def __init__(
+        self,
+        *,
+        host_work: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host_work", b"host_work"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Idle: _TypeAlias = Idle  # noqa: Y015
+
+@_typing.final
 class SnapshotChunk(_message.Message):
     """SnapshotChunk carries part of a compressed VM snapshot."""
 
@@ -392,6 +416,7 @@ class AttachRequest(_message.Message):
     OUTPUT_FIELD_NUMBER: _builtins.int
     SNAPSHOT_CHUNK_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
+    IDLE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello:
         """First message."""
@@ -412,6 +437,10 @@ class AttachRequest(_message.Message):
     def end(self) -> Global___LegEnd:
         """Last message."""
 
+    @_builtins.property
+    def idle(self) -> Global___Idle:
+        """The guest waits on host work."""
+
     def __init__(
         self,
         *,
@@ -420,12 +449,13 @@ class AttachRequest(_message.Message):
         output: Global___GuestOutput | None = ...,
         snapshot_chunk: Global___SnapshotChunk | None = ...,
         end: Global___LegEnd | None = ...,
+        idle: Global___Idle | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "message", b"message", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "idle", b"idle", "message", b"message", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "message", b"message", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "idle", b"idle", "message", b"message", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "request", "output", "snapshot_chunk", "end"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "request", "output", "snapshot_chunk", "end", "idle"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 

@@ -151,6 +151,7 @@ class Leg:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=failure["message"]))
                 if phase == "pending" and status["hostWork"] == 0:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
+                self._send(pb.AttachRequest(idle=pb.Idle(host_work=status["hostWork"])))
                 msg = await responses.__anext__()
                 kind = msg.WhichOneof("message")
                 if kind == "settle":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ CELL_UID = 65532
 #: Where the cell's socket directory is mounted inside the container.
 CELL_BRIDGE_MOUNT = "/run/cellblock"
 CELL_LABEL = "io.cellblock.cell"
+#: Names the service instance that started a cell (one random id per executor).
+INSTANCE_LABEL = "io.cellblock.instance"
 _REPO_ROOT = Path(__file__).resolve().parents[4]
 DEFAULT_SECCOMP_PROFILE = _REPO_ROOT / "sandbox-image" / "seccomp.json"
 
@@ -56,7 +59,7 @@ class DockerExecutorConfig:
     extra_labels: dict[str, str] = field(default_factory=dict)
 
 
-def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json: str) -> dict[str, Any]:
+def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json: str, instance_id: str = "") -> dict[str, Any]:
     """Returns the docker-py ``containers.create`` options for one cell.
 
     The mapping is one-to-one with DESIGN.md §3's container row: no network,
@@ -85,7 +88,7 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
             "CELLBLOCK_CELL_TOKEN": spec.cell_token,
         },
         "volumes": {spec.bridge_dir: {"bind": CELL_BRIDGE_MOUNT, "mode": "rw"}},
-        "labels": {CELL_LABEL: spec.cell_id, **config.extra_labels},
+        "labels": {CELL_LABEL: spec.cell_id, INSTANCE_LABEL: instance_id, **config.extra_labels},
         "devices": [],
         "init": False,
     }
@@ -134,6 +137,8 @@ class DockerExecutor(Executor):
         self.config = config or DockerExecutorConfig()
         self._client: Any = None
         self._seccomp_json: str | None = None
+        #: Labels every cell of this executor (``io.cellblock.instance``).
+        self.instance_id = secrets.token_hex(8)
 
     @property
     def cell_uid(self) -> int:
@@ -184,7 +189,7 @@ class DockerExecutor(Executor):
         return str(image.id)
 
     def _start_sync(self, spec: CellSpec) -> DockerCell:
-        options = container_options(self.config, spec, self._profile())
+        options = container_options(self.config, spec, self._profile(), self.instance_id)
         try:
             client = self._docker()
             container = client.containers.create(**options)
@@ -208,8 +213,9 @@ class DockerExecutor(Executor):
         return await asyncio.to_thread(self._start_sync, spec)
 
     def list_cell_containers(self) -> list[str]:
-        """Returns the ids of every container this service labelled as a cell."""
-        return [c.id for c in self._docker().containers.list(all=True, filters={"label": CELL_LABEL})]
+        """Returns the names of every cell container this executor started and still exists."""
+        found = self._docker().containers.list(all=True, filters={"label": f"{INSTANCE_LABEL}={self.instance_id}"})
+        return [c.name for c in found]
 
     async def close(self) -> None:
         if self._client is not None:

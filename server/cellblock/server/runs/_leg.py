@@ -117,6 +117,68 @@ def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest, reserve_slot:
     return True
 
 
+def process_request(run: Run, ports: LegPorts, p: PendingRequest, now: float) -> str:
+    """Does the host-side work of a new bridge request that needs no cell.
+
+    ``search`` and ``describe`` are answered (or rejected) at once; a timer
+    gets its due time; a nested call is resolved and its input contract
+    checked (a refusal settles it). Counters grow here (SPEC §8.3 item 5).
+
+    Returns:
+        ``"settled"`` (a result is ready), ``"timer"``, ``"yield"`` or
+        ``"nested"`` (ready to dispatch).
+    """
+    args = p.args
+    if p.method in ("search", "describe"):
+        p.replay_safe = True
+        count(run, ports, p.method)
+        try:
+            if p.method == "search":
+                value = ports.search(args[0] if args else None, args[1] if len(args) > 1 else None)
+            else:
+                value = ports.describe(args[0] if args else None)
+        except BridgeReplyError as exc:
+            reject(run, p, exc.message, exc.provenance, exc.code or "", now)
+            return "settled"
+        p.result = (True, json.dumps(value, separators=(",", ":"), ensure_ascii=False), "")
+        p.settled_at = now
+        return "settled"
+    if p.method == "timer":
+        delay = args[0] if args and isinstance(args[0], int | float) and not isinstance(args[0], bool) else 0
+        p.replay_safe = True
+        p.dispatched = True
+        p.due_at = time.time() + max(0.0, float(delay)) / 1000.0
+        return "timer"
+    if p.method == "yield":
+        p.replay_safe = True
+        return "yield"
+    count(run, ports, "call")
+    try:
+        entry = ports.resolve(p.method, args)
+    except BridgeReplyError as exc:
+        reject(run, p, exc.message, exc.provenance, exc.code or "", now)
+        return "settled"
+    p.entry = entry
+    p.replay_safe = bool(entry.get("replaySafe"))
+    return "nested"
+
+
+def count(run: Run, ports: LegPorts, kind: str) -> None:
+    """Counts one bridge request in the run and in the catalog session."""
+    key = "call" if kind in ("call", "callValue", "namespace") else kind
+    run.counts[key] += 1
+    ports.count(key)
+
+
+def restart_safe_label(p: PendingRequest) -> str:
+    """The ``<tool>`` of [R03]: the requested id text, or the namespace path."""
+    if p.method == "namespace":
+        path = p.args[1] if len(p.args) > 1 else ""
+        return f"MCP.{path}" if isinstance(path, str) else "MCP"
+    text = p.args[0] if p.args else ""
+    return text if isinstance(text, str) else json.dumps(text)
+
+
 def reply_inbox_bytes(run: Run) -> int:
     """SPEC §2.3: ``min(memoryLimitBytes, maxSnapshotBytes)``."""
     return min(run.limits.memory_limit_bytes, run.limits.max_snapshot_bytes)
@@ -278,7 +340,11 @@ class Leg:
             # Deliver what settled while the run was suspended, in completion order.
         for p in sorted((p for p in run.pending.values() if p.result is not None), key=lambda p: p.settled_at):
             self._deliver(p)
-        self._dispatch_undispatched()
+        if not run.restart_safe:
+            self._dispatch_undispatched()
+            for p in run.pending.values():
+                if p.method == "timer" and p.result is None:
+                    self._arm_timer(p)
         return await self._settle_loop(loop)
 
     @property
@@ -346,6 +412,8 @@ class Leg:
             self._on_request(value.request, loop)
         elif which == "output":
             self._on_output(value.output.entry_json)
+        elif which == "idle":
+            self._on_idle()
         elif which == "snapshot_chunk":
             snapshot_parts.append(value.snapshot_chunk.data)
         elif which == "end":
@@ -404,7 +472,7 @@ class Leg:
             provenance = "input" if req.refusal == bpb.GUEST_REFUSAL_TOO_LARGE else "internal"
             run.provenance[req.bridge_id] = provenance
             if req.method in _NESTED:
-                self._count("call")
+                count(run, self.ports, "call")
             self._log.warning("bridge.refused_by_guest", bridge_id=req.bridge_id, method=req.method, refusal=bpb.GuestRefusal.Name(req.refusal))
             return
         try:
@@ -418,57 +486,44 @@ class Leg:
         run.pending[p.bridge_id] = p
         self._handle(p, loop)
 
-    def _count(self, kind: str) -> None:
-        self.run_.counts[kind] += 1
-        self.ports.count(kind)
-
     def _handle(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
-        args = p.args
-        if p.method == "search":
-            self._count("search")
-            try:
-                value = self.ports.search(args[0] if args else None, args[1] if len(args) > 1 else None)
-                self._resolve(p, value, loop)
-            except BridgeReplyError as exc:
-                self._reject(p, exc.message, exc.provenance, exc.code or "")
-                self._maybe_deliver(p, loop)
-            return
-        if p.method == "describe":
-            self._count("describe")
-            try:
-                value = self.ports.describe(args[0] if args else None)
-                self._resolve(p, value, loop)
-            except BridgeReplyError as exc:
-                self._reject(p, exc.message, exc.provenance, exc.code or "")
-                self._maybe_deliver(p, loop)
-            return
-        if p.method == "timer":
-            delay = args[0] if args and isinstance(args[0], int | float) else 0
-            p.dispatched = True
-            p.replay_safe = True
-
-            async def fire() -> None:
-                await asyncio.sleep(max(0.0, float(delay)) / 1000.0)
-                await self._events.put(("timer", p.bridge_id))
-
-            self._spawn(fire())
-            return
-        if p.method == "yield":
-            p.replay_safe = True
+        kind = process_request(self.run_, self.ports, p, loop.time())
+        if self.run_.restart_safe:
+            return  # held until the guest is idle (SPEC §10.8 item 2)
+        if kind == "settled":
+            self._maybe_deliver(p, loop)
+        elif kind == "timer":
+            self._arm_timer(p)
+        elif kind == "yield":
             # A yield parks the leg at once (SPEC §10.4 item 1).
             if not self._suspend_sent:
                 self._suspend()
+        elif kind == "nested":
+            self._dispatch(p, loop)
+
+    def _arm_timer(self, p: PendingRequest) -> None:
+        delay = max(0.0, p.due_at - time.time())
+
+        async def fire() -> None:
+            await asyncio.sleep(delay)
+            await self._events.put(("timer", p.bridge_id))
+
+        self._spawn(fire())
+
+    def _on_idle(self) -> None:
+        """The guest waits on host work; a restart-safe leg decides now (SPEC §10.8 item 2)."""
+        run = self.run_
+        if not run.restart_safe or self._suspend_sent or self._terminal is not None:
             return
-        # Nested calls.
-        self._count("call")
-        try:
-            entry = self.ports.resolve(p.method, args)
-        except BridgeReplyError as exc:
-            self._reject(p, exc.message, exc.provenance, exc.code or "")
-            self._maybe_deliver(p, loop)
+        unsafe = [p for p in run.pending.values() if p.result is None and not p.dispatched and not p.replay_safe]
+        if unsafe:
+            if all(p.method == "namespace" for p in unsafe):
+                self._terminal = failed("invalid_input", msg.R02)
+            else:
+                first = unsafe[0]
+                self._terminal = failed("invalid_input", msg.r03(restart_safe_label(first)))
             return
-        p.entry = entry
-        self._dispatch(p, loop)
+        self._suspend()
 
     def _dispatch_undispatched(self) -> None:
         loop = asyncio.get_running_loop()
@@ -481,12 +536,6 @@ class Leg:
             return  # held for the next wait (SPEC §10.9 item 3)
         if not dispatch_request(self.run_, self.ports, p, self._reserve_slot):
             self._terminal = failed("invalid_input", msg.R01)
-
-    def _resolve(self, p: PendingRequest, value: Any, loop: asyncio.AbstractEventLoop) -> None:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-        p.result = (True, text, "")
-        p.settled_at = loop.time()
-        self._maybe_deliver(p, loop)
 
     def _on_tool_result(self, outcome: ToolOutcome, loop: asyncio.AbstractEventLoop) -> None:
         p = record_tool_outcome(self.run_, self.ports, outcome, self.reply_inbox_bytes, loop.time())

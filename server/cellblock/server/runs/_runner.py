@@ -30,6 +30,12 @@ from cellblock.server.runs._state import Run, new_run_id, replay_id
 log = structlog.get_logger("cellblock.runs")
 
 
+async def _fire_timer(ports: LegPorts, p: Any) -> None:
+    """Reports a suspended run's timer as due through the wait's event queue."""
+    await asyncio.sleep(max(0.0, p.due_at - time.time()))
+    await ports.events.put(("timer", p.bridge_id))  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class LegReport:
     """A finished leg: the model-facing result and run metadata.
@@ -168,28 +174,21 @@ class Runner:
                 reason = p.args[0] if p.args else None
                 p.result = (True, json.dumps({"status": "yielded", "reason": reason}, separators=(",", ":"), ensure_ascii=False), "")
                 p.settled_at = loop.time()
-        # Dispatch what a yield or the deadline held back; in-flight calls keep running.
+        # Dispatch what a yield, the deadline or restart safety held back;
+        # in-flight calls keep running (SPEC §10.6 item 3).
         for p in list(run.pending.values()):
             if p.method in ("call", "callValue", "namespace") and not p.dispatched and p.entry is not None and p.result is None:
                 if not dispatch_request(run, ports, p, self.registry.reserve_slot):
                     return self._project(run, failed("invalid_input", msg.R01), telemetry(), [])
-        # Wait until a result is available (no cell is held meanwhile).
+        timers = [asyncio.ensure_future(_fire_timer(ports, p)) for p in run.pending.values() if p.method == "timer" and p.result is None]
+        try:
+            outcome = await self._await_results(run, ports, deadline)
+        finally:
+            for task in timers:
+                task.cancel()
+        if outcome is not None:
+            return self._project(run, outcome, telemetry(), [])
         budget_s = run.limits.min_resume_budget_ms / 1000.0
-        while not any(p.result is not None for p in run.pending.values()):
-            remaining = deadline - loop.time()
-            if remaining <= budget_s:
-                break
-            try:
-                kind, value = await asyncio.wait_for(ports.next_event(), timeout=remaining - budget_s)
-            except TimeoutError:
-                break
-            if kind == "cancel":
-                for p in run.pending.values():
-                    if p.dispatched and p.nested_call_id and p.result is None:
-                        ports.cancel_notice(p.nested_call_id)
-                return self._project(run, failed("aborted", msg.R07 if value != "scope" else msg.R08), telemetry(), [])
-            if kind == "tool_result":
-                record_tool_outcome(run, ports, value, reply_inbox_bytes(run), loop.time())
         if not any(p.result is not None for p in run.pending.values()) or deadline - loop.time() < budget_s:
             # Nothing to deliver in time: waiting again, same run, expiry not renewed.
             run.legs += 1
@@ -197,6 +196,42 @@ class Runner:
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=run.budget.end_leg(), replay_safe=run.replay_safe, telemetry=telemetry())
             return LegReport(result, "waiting", "", run.run_id, run)
         return await self._run_leg(run, ports, deadline, None, telemetry)
+
+    async def _await_results(self, run: Run, ports: LegPorts, deadline: float) -> LegOutcome | None:
+        """Waits, without a cell, until the wait has something to deliver.
+
+        An ordinary run resumes as soon as one result is available; a
+        restart-safe run waits for all of its requests (it resumes once per
+        leg, SPEC §10.8 item 2). Returns a terminal outcome on abort.
+        """
+        loop = asyncio.get_running_loop()
+        budget_s = run.limits.min_resume_budget_ms / 1000.0
+
+        def ready() -> bool:
+            settled = [p.result is not None for p in run.pending.values()]
+            return all(settled) if run.restart_safe else any(settled)
+
+        while not ready():
+            remaining = deadline - loop.time() - budget_s
+            if remaining <= 0:
+                return None
+            try:
+                kind, value = await asyncio.wait_for(ports.next_event(), timeout=remaining)
+            except TimeoutError:
+                return None
+            if kind == "cancel":
+                for p in run.pending.values():
+                    if p.dispatched and p.nested_call_id and p.result is None:
+                        ports.cancel_notice(p.nested_call_id)
+                return failed("aborted", msg.R07 if value != "scope" else msg.R08)
+            if kind == "tool_result":
+                record_tool_outcome(run, ports, value, reply_inbox_bytes(run), loop.time())
+            elif kind == "timer":
+                timer = run.pending.get(value)
+                if timer is not None and timer.result is None:
+                    timer.result = (True, "null", "")
+                    timer.settled_at = loop.time()
+        return None
 
     # ------------------------------------------------------------------ legs
     async def _run_leg(self, run: Run, ports: LegPorts, deadline: float, source: str | None, telemetry: Any) -> LegReport:

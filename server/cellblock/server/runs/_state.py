@@ -61,6 +61,8 @@ class PendingRequest:
     dispatched: bool = False
     result: tuple[bool, str, str] | None = None
     settled_at: float = 0.0
+    #: Wall-clock due time of a timer (``time.time()`` seconds); timers keep it across suspension.
+    due_at: float = 0.0
 
 
 @dataclass
