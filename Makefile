@@ -97,15 +97,16 @@ test: setup ## Run the test suite (after setup): unit, integration (real Docker 
 
 .PHONY: demo
 demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
-	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m examples.demo
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m examples.demo
 
 .PHONY: serve
 serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variables configure it)
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Exec latency beside bare `docker run` and in-process quickjs-rs; prints p50/p95 and ratios
-	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m bench.exec_latency
+bench: setup ## Exec latency and suspend->resume beside their baselines (docker run, quickjs-rs, plain exec); p50/p95 and ratios
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.exec_latency
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.suspend_resume
 
 # ------------------------------------------------------------------ housekeeping
 
