@@ -188,6 +188,8 @@ class _Stream(Generic[_Req]):
         with contextlib.suppress(TimeoutError, asyncio.CancelledError, Exception):
             await asyncio.wait_for(asyncio.shield(self._reader), timeout)
         self.cancel()
+        # Let both tasks observe their cancellation before the stream is dropped.
+        await asyncio.gather(self._writer, self._reader, return_exceptions=True)
 
     def cancel(self) -> None:
         """Cancels the call and both tasks."""
