@@ -5,8 +5,11 @@ containers), registers ``examples/catalog.json``, prints the tool surface for
 two models (one engaged, one not) and the model-facing ``exec`` description,
 runs every program in ``examples/programs/`` with the Python handlers of
 ``examples/handlers.py``, prints each result and its telemetry, and stops the
-service. The shipment program runs last, so the demo ends with its filtered
-list.
+service. Spans go to a JSON-lines file (``CELLBLOCK_TRACES=jsonfile:`` wiring),
+each program under one trace (its ``traceparent`` sent with every leg); the
+trace tree of the shipment run is printed with ``cellblock-trace`` just before
+its result. The shipment program runs last, so the demo ends with its
+filtered list.
 """
 
 from __future__ import annotations
@@ -19,11 +22,17 @@ import sys
 import tempfile
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, start_service
 from cellblock.server.logging import configure_logging
+from cellblock.server.telemetry import trace as trace_cli
+from cellblock.server.telemetry._sdk import configure_telemetry
 from examples.handlers import HANDLERS, PROGRAMS_DIR, load_tools
 
 ENGAGED_MODEL = "anthropic/claude-opus-5"
@@ -42,7 +51,10 @@ def _print_output(entry: Any) -> None:
 async def main() -> int:
     configure_logging(logging.WARNING)  # the demo prints results; the service logs only problems
     image = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
-    with tempfile.TemporaryDirectory(prefix="cellblock-demo-") as sockets:
+    with tempfile.TemporaryDirectory(prefix="cellblock-demo-traces-") as traces, tempfile.TemporaryDirectory(prefix="cellblock-demo-") as sockets:
+        spans_file = Path(traces) / "spans.jsonl"
+        telemetry = configure_telemetry(f"jsonfile:{spans_file}")  # the demo is an entry point: it wires the SDK
+        tracer = trace.get_tracer("examples.demo")
         settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=image, code_mode={"enabled": "auto"}, socket_dir=sockets)
         service = await start_service(settings)
         try:
@@ -66,18 +78,24 @@ async def main() -> int:
                 for n, path in enumerate(programs, 1):
                     _rule(f"program {path.name}")
                     started = time.monotonic()
+                    # One trace per program: the agent's turn is the root, every leg carries its traceparent.
+                    turn = tracer.start_span("demo.turn", attributes={"demo.program": path.name})
+                    carrier: dict[str, str] = {}
+                    TraceContextTextMapPropagator().inject(carrier, context=trace.set_span_in_context(turn))
                     result = await client.exec(
                         scope,
                         tool_call_id=f"demo-call-{n}",
                         code=path.read_text("utf-8"),
                         handlers=HANDLERS,
                         on_output=_print_output,
+                        metadata=carrier,
                     )
                     legs = 1
                     while result.status == "waiting" and legs < 5:
                         print(f"status: waiting ({result.reason}, runId {result.run_id}); the model calls wait")
                         legs += 1
-                        result = await client.wait(scope, tool_call_id=f"demo-wait-{n}-{legs}", run_id=result.run_id, handlers=HANDLERS, on_output=_print_output)
+                        result = await client.wait(scope, tool_call_id=f"demo-wait-{n}-{legs}", run_id=result.run_id, handlers=HANDLERS, on_output=_print_output, metadata=carrier)
+                    turn.end()
                     seconds = time.monotonic() - started
                     print(f"status: {result.status}  ({seconds:.2f} s, {legs} leg(s))")
                     if result.status == "completed":
@@ -88,6 +106,11 @@ async def main() -> int:
                     print(f"telemetry: catalogSize={t.catalog_size} search={t.search_count} describe={t.describe_count} call={t.call_count} counterScope={t.counter_scope}")
                     if path.name == "shipment.js":
                         final = result
+                if final is not None and final.trace_id:
+                    _rule(f"trace of the shipment run (cellblock-trace {final.trace_id})")
+                    await asyncio.sleep(0.3)  # server spans end just after the result is sent
+                    telemetry.force_flush()
+                    trace_cli.main(["--file", str(spans_file), final.trace_id])
                 _rule("shipment program: unpaid shipments over 10 t")
                 if final is None or final.status != "completed":
                     print("the shipment program did not complete", file=sys.stderr)
@@ -95,6 +118,7 @@ async def main() -> int:
                 print(json.dumps(final.value))
         finally:
             await service.stop()
+            telemetry.shutdown()
     return 0
 
 

@@ -484,6 +484,7 @@ class CellblockClient:
         turn_id: str | None = None,
         force_restart_safe: bool = False,
         limits: LimitOverrides | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> RunResult:
         """Runs one ``exec`` leg and serves its nested tool calls.
 
@@ -506,6 +507,8 @@ class CellblockClient:
             turn_id: Optional turn id; part of the replay id.
             force_restart_safe: Run as restart-safe whatever the model said.
             limits: Optional per-exec limit overrides.
+            metadata: gRPC metadata for this call only (e.g. this turn's
+                ``traceparent``), after the connection's ``rpc_metadata``.
 
         Returns:
             The leg's result; ``status`` is ``completed``, ``waiting`` or ``failed``.
@@ -528,7 +531,7 @@ class CellblockClient:
         )
         if limits is not None:
             start.limit_overrides.CopyFrom(limits._to_proto())
-        call = self._code_mode.Exec(metadata=self._metadata)
+        call = self._code_mode.Exec(metadata=self._metadata + tuple((metadata or {}).items()))
         stream = _Stream(call, code_mode_service_pb2.ExecRequest)
         return await self._run_leg(stream, start, None, handlers or {}, on_output)
 
@@ -541,6 +544,7 @@ class CellblockClient:
         arguments: Mapping[str, Any] | str | None = None,
         handlers: Mapping[str, ToolHandler] | None = None,
         on_output: OutputCallback | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> RunResult:
         """Runs one ``wait`` leg on a run that returned ``waiting``.
 
@@ -556,6 +560,8 @@ class CellblockClient:
                 forwarded verbatim. Exclusive with ``run_id``.
             handlers: Async tool handlers for calls made in this leg.
             on_output: Called with each output entry as it is produced.
+            metadata: gRPC metadata for this call only (e.g. this turn's
+                ``traceparent``), after the connection's ``rpc_metadata``.
 
         Returns:
             The leg's result.
@@ -576,7 +582,7 @@ class CellblockClient:
         start = code_mode_service_pb2.WaitStart(
             scope=_scope(scope)._to_proto(), tool_call_id=tool_call_id, arguments_json=arguments_json
         )
-        call = self._code_mode.Wait(metadata=self._metadata)
+        call = self._code_mode.Wait(metadata=self._metadata + tuple((metadata or {}).items()))
         stream = _Stream(call, code_mode_service_pb2.WaitRequest)
         return await self._run_leg(stream, start, run_id or None, handlers or {}, on_output)
 

@@ -24,9 +24,11 @@ from grpc_reflection.v1alpha import reflection
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.executors import DockerExecutor, DockerExecutorConfig, Executor, ProcessExecutor
 from cellblock.server.logging import configure_logging
+from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.services import CatalogService, CodeModeService, RunService, ServiceState
 from cellblock.server.services._state import Admission
+from cellblock.server.telemetry import observe_registry, server_interceptors
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
 
 log = structlog.get_logger("cellblock.server")
@@ -53,6 +55,15 @@ class ServerSettings:
             (``CELLBLOCK_MAX_CONCURRENT_LEGS``).
         socket_dir: Host directory for per-cell bridge sockets
             (``CELLBLOCK_SOCKET_DIR``).
+        traces: Span exporter (``CELLBLOCK_TRACES``): ``otlp`` (endpoint from
+            ``OTEL_EXPORTER_OTLP_ENDPOINT``), ``console``, ``jsonfile:<path>``
+            (read with ``cellblock-trace``) or ``none``. Used by :func:`serve`.
+        metrics: Metric exporter (``CELLBLOCK_METRICS``): ``otlp``,
+            ``console`` or ``none``. Used by :func:`serve`.
+        mcp_servers: cellblock-hosted MCP servers (``CELLBLOCK_MCP_SERVERS``, a
+            JSON object ``{"<server name>": {"command": [...], "env": {...}} |
+            {"url": "http://..."}}``, see :mod:`cellblock.server.mcp`); their
+            tools join every scope's catalog (SPEC §3.2 item 7).
     """
 
     address: str = "127.0.0.1:50051"
@@ -62,14 +73,17 @@ class ServerSettings:
     code_mode: dict[str, object] = field(default_factory=dict)
     max_concurrent_legs: int = 16
     socket_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "cellblock-cells"))
+    traces: str = "none"
+    metrics: str = "none"
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ServerSettings:
         """Reads ``CELLBLOCK_*`` variables; absent ones keep the defaults.
 
         Raises:
-            ValueError: ``CELLBLOCK_CODE_MODE`` is not JSON, or a number is not
-                an integer.
+            ValueError: ``CELLBLOCK_CODE_MODE`` is not JSON, a number is not
+                an integer, or ``CELLBLOCK_MCP_SERVERS`` is invalid.
         """
         env = dict(os.environ if env is None else env)
         base = cls()
@@ -83,6 +97,9 @@ class ServerSettings:
             code_mode=code_mode if isinstance(code_mode, dict) else {"enabled": code_mode},
             max_concurrent_legs=int(env.get("CELLBLOCK_MAX_CONCURRENT_LEGS", base.max_concurrent_legs)),
             socket_dir=env.get("CELLBLOCK_SOCKET_DIR", base.socket_dir),
+            traces=env.get("CELLBLOCK_TRACES", base.traces),
+            metrics=env.get("CELLBLOCK_METRICS", base.metrics),
+            mcp_servers=parse_mcp_servers(env.get("CELLBLOCK_MCP_SERVERS", "")),
         )
 
 
@@ -119,10 +136,13 @@ class Service:
     health: health.aio.HealthServicer
 
     async def stop(self, grace: float = 2.0) -> None:
-        """Stops accepting RPCs and ends the server."""
+        """Stops accepting RPCs, aborts running legs (removing their cells), ends the server and shuts hosted MCP sessions down."""
         await self.health.enter_graceful_shutdown()
+        await self.state.abort_all(timeout=grace + 5.0)
         await self.server.stop(grace)
         await self.executor.close()
+        if self.state.mcp_hub is not None:
+            await self.state.mcp_hub.close()
 
 
 async def start_service(settings: ServerSettings, executor: Executor | None = None) -> Service:
@@ -136,8 +156,13 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     executor = executor or make_executor(settings)
     registry = RunRegistry()
     state = ServiceState(config=config, admission=Admission(settings.max_concurrent_legs))
+    if settings.mcp_servers:
+        state.mcp_hub = McpHub(settings.mcp_servers)
+        await state.mcp_hub.start()
     runner = Runner(config, executor, registry, settings.socket_dir)
+    observe_registry(registry)
     server = grpc.aio.server(
+        interceptors=server_interceptors(),
         options=[
             ("grpc.max_receive_message_length", MAX_API_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_API_MESSAGE_BYTES),
@@ -167,8 +192,11 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
 
 async def serve(settings: ServerSettings | None = None) -> None:
     """Runs the service until SIGTERM or SIGINT."""
+    from cellblock.server.telemetry._sdk import configure_telemetry  # noqa: PLC0415 - SDK wiring only here (STYLE.md §6)
+
     configure_logging()
     settings = settings or ServerSettings.from_env()
+    telemetry = configure_telemetry(settings.traces, settings.metrics)
     service = await start_service(settings)
     try:
         await service.executor.check()
@@ -181,6 +209,7 @@ async def serve(settings: ServerSettings | None = None) -> None:
     await stop.wait()
     log.info("server.stopping")
     await service.stop()
+    telemetry.shutdown()
 
 
 def main() -> None:

@@ -31,6 +31,10 @@ class _GuestRefusalEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GuestRef
     """The run already had maxPendingToolCalls requests of host work (B13)."""
     GUEST_REFUSAL_TOO_LARGE: _GuestRefusal.ValueType  # 2
     """The arguments were larger than the reply inbox (B22)."""
+    GUEST_REFUSAL_NAMESPACE_ARGUMENTS: _GuestRefusal.ValueType  # 3
+    """An MCP namespace call's argument was not one plain object (B14) or
+    lacked required properties (B15); input provenance (SPEC §8.5 item 6).
+    """
 
 class GuestRefusal(_GuestRefusal, metaclass=_GuestRefusalEnumTypeWrapper):
     """GuestRefusal names a request the controller refused without sending it.
@@ -43,6 +47,10 @@ GUEST_REFUSAL_PENDING_CAP: GuestRefusal.ValueType  # 1
 """The run already had maxPendingToolCalls requests of host work (B13)."""
 GUEST_REFUSAL_TOO_LARGE: GuestRefusal.ValueType  # 2
 """The arguments were larger than the reply inbox (B22)."""
+GUEST_REFUSAL_NAMESPACE_ARGUMENTS: GuestRefusal.ValueType  # 3
+"""An MCP namespace call's argument was not one plain object (B14) or
+lacked required properties (B15); input provenance (SPEC §8.5 item 6).
+"""
 Global___GuestRefusal: _TypeAlias = GuestRefusal  # noqa: Y015
 
 class _FailureKind:

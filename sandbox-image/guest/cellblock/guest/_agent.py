@@ -13,6 +13,7 @@ Exit codes: 0 after a clean ``end``; 3 when the bridge cannot be reached;
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import sys
@@ -37,7 +38,13 @@ _CHUNK = 1024 * 1024
 # the leg's deadline (an engine built-in that ignores the interrupt handler).
 WATCHDOG_GRACE_S = 0.75
 WATCHDOG_EXIT = 124
-_REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE}
+#: A cell whose host sends nothing for this long after the deadline exits
+#: (its host died or lost it); the host's own watchdog acts far earlier.
+HOST_SILENCE_GRACE_S = 30.0
+HOST_SILENT_EXIT = 125
+#: How the engine reports a refused allocation (an uncaught one ends as R09).
+_ENGINE_OOM = "InternalError: out of memory"
+_REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE, "namespace_arguments": pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS}
 
 
 class _Watchdog:
@@ -68,6 +75,7 @@ class Leg:
         self._token = token
         self._send_q: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
         self._watchdog = _Watchdog()
+        self._deadline = time.monotonic() + 60.0
 
     async def _requests(self) -> AsyncIterator[pb.AttachRequest]:
         while True:
@@ -84,19 +92,15 @@ class Leg:
         self._send(pb.AttachRequest(hello=pb.Hello(cell_token=self._token, engine_build_id=engine_build_id())))
         call = stub.Attach(self._requests())
         responses = call.__aiter__()
-        first = await responses.__anext__()
+        first = await self._next(responses)
         if first.WhichOneof("message") != "start":
             raise RuntimeError("the host did not start the leg")
         start = first.start
         received = time.monotonic()
         deadline = received + start.limits.deadline_ms / 1000.0
-        self._watchdog.arm(deadline)
+        self._deadline = deadline
         vm = CellVM(memory_limit_bytes=start.limits.memory_limit_bytes, deadline=deadline)
-        end: pb.LegEnd
-        try:
-            end = await self._drive(vm, start, responses)
-        finally:
-            self._watchdog.arm(float("inf"))
+        end = await self._drive(vm, start, responses)
         self._send(pb.AttachRequest(end=end))
         self._send(None)
         # Drain the host's side until it closes the stream.
@@ -126,16 +130,16 @@ class Leg:
             if start.snapshot_bytes:
                 chunks: list[bytes] = []
                 while True:
-                    msg = await responses.__anext__()
+                    msg = await self._next(responses)
                     if msg.WhichOneof("message") != "snapshot_chunk":
                         raise RuntimeError("expected a snapshot chunk")
                     chunks.append(msg.snapshot_chunk.data)
                     if msg.snapshot_chunk.last:
                         break
-                vm.restore(b"".join(chunks), config)
+                self._step(lambda: vm.restore(b"".join(chunks), config))
             else:
-                vm.install(config)
-                vm.start(start.source)
+                self._step(lambda: vm.install(config))
+                self._step(lambda: vm.start(start.source))
             while True:
                 self._flush(vm)
                 status = vm.status()
@@ -148,18 +152,19 @@ class Leg:
                     failure = status["failure"]
                     if failure["kind"] == "bridge":
                         return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=failure["message"], rejection_bridge_id=failure["bridgeId"]))
+                    if failure["message"].startswith(_ENGINE_OOM):
+                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_MEMORY, message=failure["message"][:200]))
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=failure["message"]))
                 if phase == "pending" and status["hostWork"] == 0:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
                 self._send(pb.AttachRequest(idle=pb.Idle(host_work=status["hostWork"])))
-                msg = await responses.__anext__()
+                msg = await self._next(responses)
                 kind = msg.WhichOneof("message")
                 if kind == "settle":
                     s = msg.settle
-                    if s.WhichOneof("outcome") == "ok_json":
-                        vm.settle(s.bridge_id, True, s.ok_json, "")
-                    else:
-                        vm.settle(s.bridge_id, False, s.error.message, s.error.code)
+                    ok = s.WhichOneof("outcome") == "ok_json"
+                    payload, code = (s.ok_json, "") if ok else (s.error.message, s.error.code)
+                    self._step(functools.partial(vm.settle, s.bridge_id, ok, payload, code))
                 elif kind == "suspend":
                     self._flush(vm)
                     data, raw = vm.snapshot()
@@ -173,6 +178,23 @@ class Leg:
             self._flush(vm)
             kinds = {"interrupted": pb.FAILURE_KIND_INTERRUPTED, "memory": pb.FAILURE_KIND_MEMORY, "trap": pb.FAILURE_KIND_ENGINE_TRAP}
             return pb.LegEnd(failed=pb.Failed(kind=kinds[exc.kind], message=exc.detail))
+
+    def _step(self, fn: Any) -> Any:
+        """Runs one VM step under the watchdog (armed only while guest code runs)."""
+        self._watchdog.arm(self._deadline)
+        try:
+            return fn()
+        finally:
+            self._watchdog.arm(float("inf"))
+
+    async def _next(self, responses: AsyncIterator[pb.AttachResponse]) -> pb.AttachResponse:
+        """The next host message; a host silent long past the deadline ends the cell."""
+        timeout = max(1.0, self._deadline + HOST_SILENCE_GRACE_S - time.monotonic())
+        try:
+            return await asyncio.wait_for(responses.__anext__(), timeout=timeout)
+        except TimeoutError:
+            print("cellblock-guest: the host went silent; ending the cell", file=sys.stderr)
+            os._exit(HOST_SILENT_EXIT)
 
     def _flush(self, vm: CellVM) -> None:
         for item in vm.outbox.take():

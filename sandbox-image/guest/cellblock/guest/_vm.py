@@ -28,6 +28,9 @@ _WRAPPER_SUFFIX = "\n})"
 _SEND = "__cellblock_send"
 _OUTPUT = "__cellblock_output"
 _CTRL_GLOBAL = "__cellblock_controller_restore"
+#: Linear memory allowed above ``memoryLimitBytes`` (static data, stack, the
+#: allocator's slack), in bytes.
+WASM_HEADROOM_BYTES = 8 * 1024 * 1024
 
 
 class VMPoisonedError(Exception):
@@ -124,6 +127,12 @@ class CellVM:
         # interrupted VM is never snapshotted or reused (SPEC §10.9 item 5).
         self._runtime._engine_rt.set_interrupt_handler(self._interrupt)
         self._ctx = self._runtime.new_context(timeout=3600.0)
+        self.memory_limit_bytes = memory_limit_bytes
+        # Second memory layer: wasmtime refuses to grow the linear memory past
+        # the engine limit plus headroom, which also bounds the allocations the
+        # engine's own accounting misses (large strings, array buffers).
+        self._instance = self._ctx._engine_ctx._inst
+        self._instance.store.set_limits(memory_size=memory_limit_bytes + WASM_HEADROOM_BYTES)
         # Host callbacks are registered by name, in a fixed order, so that a
         # restored heap finds them again (the guest dispatches by name).
         self._ctx.register(_SEND, self._on_send, is_async=False)
@@ -168,11 +177,23 @@ class CellVM:
         self.drain()
 
     def drain(self) -> None:
-        """Runs the job queue until nothing more can run."""
+        """Runs the job queue until nothing more can run.
+
+        Raises:
+            VMPoisonedError: Interrupted at the deadline, or the heap reached
+                the memory limit (even when guest code caught the engine's
+                out-of-memory error, SPEC §10.10 item 1).
+        """
         engine_ctx = self._ctx._engine_ctx
         self._guard(engine_ctx.run_pending_jobs)
         if self.interrupted:
             raise VMPoisonedError("interrupted", "deadline reached while computing")
+        if self.linear_memory_bytes() >= self.memory_limit_bytes:
+            raise VMPoisonedError("memory", f"linear memory reached {self.linear_memory_bytes()} bytes")
+
+    def linear_memory_bytes(self) -> int:
+        """Current size of the VM's WebAssembly linear memory in bytes (it never shrinks)."""
+        return int(self._instance.mem.data_len(self._instance.store))
 
     def status(self) -> dict[str, Any]:
         """Returns the controller's view of the leg (phase, host work, ...)."""

@@ -20,6 +20,10 @@
   const defineProperty = O.defineProperty;
   const hasOwn = O.prototype.hasOwnProperty;
   const objToString = O.prototype.toString;
+  const ObjectProto = O.prototype;
+  const getPrototypeOf = O.getPrototypeOf;
+  const objectKeys = O.keys;
+  const objectCreate = O.create;
   const jsonStringify = JSON.stringify;
   const jsonParse = JSON.parse;
   const MapCtor = Map;
@@ -324,6 +328,137 @@
     },
   });
 
+  // ---- MCP namespace (SPEC §8.5, §8.7) --------------------------------------
+  // Built from host data: servers in identifier order, each with its tools
+  // (bridge paths, required names, schema defaults) and its $api headers.
+  const mcpData = catalog.mcp ? deepFreeze(catalog.mcp) : null;
+  const cut200 = (v) => call(strSlice, StringCtor(v), 0, 200);
+  const copyJson = (v) => jsonParse(jsonStringify(v));
+
+  function isPlainObject(v) {
+    if (v === null || typeof v !== "object" || arrayIsArray(v)) return false;
+    const proto = getPrototypeOf(v);
+    return proto === ObjectProto || proto === null;
+  }
+
+  // B14/B15 are refused here, before any request; the host records the
+  // rejection with input provenance (SPEC §8.5 item 6, §8.2 item 6).
+  function refuseNamespace(message) {
+    const n = (counters.namespace || 0) + 1;
+    counters.namespace = n;
+    const id = "bridge:namespace:" + n;
+    const err = refuse(message);
+    call(weakSet, provenance, err, id);
+    hostSend(id, "namespace", "", "namespace_arguments");
+    return PromiseCtor.reject(err);
+  }
+
+  function namespaceFunction(tool) {
+    const path = tool.path;
+    return function (...args) {
+      if (args.length > 1 || (args.length === 1 && args[0] !== undefined && !isPlainObject(args[0]))) {
+        return refuseNamespace(cut200(path) + " takes a single object argument.");
+      }
+      const given = args.length === 1 && args[0] !== undefined ? args[0] : {};
+      const input = objectCreate(null);
+      const keys = objectKeys(given);
+      for (let i = 0; i < keys.length; i++) {
+        defineProperty(input, keys[i], { value: given[keys[i]], enumerable: true, writable: true, configurable: true });
+      }
+      const defaults = tool.defaults;
+      for (let i = 0; i < defaults.length; i++) {
+        const name = defaults[i][0];
+        if (!call(hasOwn, input, name)) {
+          defineProperty(input, name, { value: copyJson(defaults[i][1]), enumerable: true, writable: true, configurable: true });
+        }
+      }
+      const missing = [];
+      for (let i = 0; i < tool.required.length; i++) {
+        if (!call(hasOwn, input, tool.required[i])) call(arrayPush, missing, tool.required[i]);
+      }
+      if (missing.length) {
+        return refuseNamespace(cut200(path) + " is missing required argument(s): " + call(arrayJoin, missing, ", ") + ".");
+      }
+      return request("namespace", ["MCP", tool.bridgePath, input]);
+    };
+  }
+
+  function toolSummary(t) {
+    return { method: t.method, path: t.path, mcpTool: t.mcpTool, operation: t.operation, description: t.description };
+  }
+
+  function serverApi(server) {
+    return function $api(selector, options) {
+      let chosen;
+      let header;
+      if (selector === undefined || selector === null) {
+        chosen = [];
+        for (let i = 0; i < server.tools.length; i++) call(arrayPush, chosen, i);
+        header = server.header;
+      } else {
+        const sel = typeof selector === "string" && call(hasOwn, server.selectors, selector) ? server.selectors[selector] : undefined;
+        if (sel === undefined) {
+          return PromiseCtor.reject(new ErrorCtor("MCP." + server.identifier + " has no tool matching \"" + cut200(selector) + "\"; call MCP." + server.identifier + ".$api() to list its tools."));
+        }
+        chosen = sel.tools;
+        header = sel.header;
+      }
+      const out = {
+        kind: "mcp_api",
+        scope: chosen.length === 1 ? "tool" : "server",
+        server: { identifier: server.identifier, serverName: server.serverName },
+        header,
+        tools: call(arrayMap, chosen, (i) => toolSummary(server.tools[i])),
+      };
+      let wantSchemas = false;
+      try { wantSchemas = options !== null && typeof options === "object" && options.schema === true; } catch (e) { wantSchemas = false; }
+      if (wantSchemas) {
+        const schemas = {};
+        for (let i = 0; i < chosen.length; i++) {
+          const t = server.tools[chosen[i]];
+          defineProperty(schemas, t.method, { value: copyJson(t.parameters), enumerable: true, writable: true, configurable: true });
+        }
+        out.schemas = schemas;
+      }
+      out.note = server.note;
+      return PromiseCtor.resolve(out);
+    };
+  }
+
+  let MCP = null;
+  if (mcpData !== null) {
+    MCP = objectCreate(null);
+    const root = mcpData.root;
+    defineProperty(MCP, "$api", {
+      value: function $api() {
+        return PromiseCtor.resolve({ kind: "mcp_api", scope: "root", header: root.header, servers: copyJson(root.servers), note: root.note });
+      },
+    });
+    for (let s = 0; s < mcpData.servers.length; s++) {
+      const server = mcpData.servers[s];
+      const obj = objectCreate(null);
+      const groups = objectCreate(null);
+      defineProperty(obj, "$api", { value: serverApi(server) });
+      for (let i = 0; i < server.tools.length; i++) {
+        const tool = server.tools[i];
+        const fn = namespaceFunction(tool);
+        const segs = call(strSplit, tool.method, ".");
+        if (segs.length === 1) {
+          defineProperty(obj, tool.method, { value: fn, enumerable: true });
+        } else {
+          if (!call(hasOwn, groups, segs[0])) groups[segs[0]] = objectCreate(null);
+          defineProperty(groups[segs[0]], segs[1], { value: fn, enumerable: true });
+        }
+      }
+      const groupNames = objectKeys(groups);
+      for (let i = 0; i < groupNames.length; i++) {
+        defineProperty(obj, groupNames[i], { value: freeze(groups[groupNames[i]]), enumerable: true });
+      }
+      defineProperty(MCP, server.identifier, { value: freeze(obj), enumerable: true });
+    }
+    freeze(MCP);
+  }
+
   // ---- yield_control (SPEC §8.9) -------------------------------------------
   function yieldControl(reason) {
     let r = null;
@@ -337,7 +472,7 @@
     ALL_TOOLS: allTools,
     tools,
     API,
-    namespaces: freeze({}),
+    namespaces: MCP !== null ? freeze({ MCP }) : freeze({}),
     text: textFn,
     json: jsonFn,
     console: consoleObj,
@@ -345,6 +480,7 @@
     setTimeout: setTimeoutFn,
     clearTimeout: clearTimeoutFn,
   };
+  if (MCP !== null) globalsToInstall.MCP = MCP;
   const names = O.keys(globalsToInstall);
   for (let i = 0; i < names.length; i++) {
     defineProperty(g, names[i], { value: globalsToInstall[names[i]], writable: false, configurable: false, enumerable: false });

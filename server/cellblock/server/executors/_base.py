@@ -65,6 +65,8 @@ class Executor(abc.ABC):
     """
 
     name: str = ""
+    #: The cell image, for executors that run one (``container.image.name`` on cell spans).
+    image: str = ""
 
     def __init__(self) -> None:
         self.cells_started = 0

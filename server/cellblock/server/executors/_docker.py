@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,9 @@ from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Exe
 
 #: uid:gid of the cell user baked into the image (sandbox-image/Dockerfile).
 CELL_UID = 65532
+#: Threads for Docker API calls, and for cells' exit waiters (one per live cell).
+API_THREADS = 8
+WAIT_THREADS = 256
 #: Where the cell's socket directory is mounted inside the container.
 CELL_BRIDGE_MOUNT = "/run/cellblock"
 CELL_LABEL = "io.cellblock.cell"
@@ -108,12 +113,14 @@ class DockerCell(Cell):
         self._removed = False
 
     async def wait(self) -> int:
-        result = await asyncio.to_thread(self._container.wait)
+        # A dedicated pool: one blocked waiter per running cell must never
+        # starve the calls that start, kill or remove cells.
+        result = await self._executor.run_blocking(self._container.wait, waiter=True)
         return int(result.get("StatusCode", -1))
 
     async def kill(self) -> None:
         try:
-            await asyncio.to_thread(self._container.kill)
+            await self._executor.run_blocking(self._container.kill)
         except docker.errors.APIError:
             pass
 
@@ -122,7 +129,7 @@ class DockerCell(Cell):
             return
         self._removed = True
         try:
-            await asyncio.to_thread(self._container.remove, force=True)
+            await self._executor.run_blocking(lambda: self._container.remove(force=True))
         except docker.errors.NotFound:
             pass
 
@@ -135,10 +142,21 @@ class DockerExecutor(Executor):
     def __init__(self, config: DockerExecutorConfig | None = None) -> None:
         super().__init__()
         self.config = config or DockerExecutorConfig()
+        self.image = self.config.image
         self._client: Any = None
         self._seccomp_json: str | None = None
         #: Labels every cell of this executor (``io.cellblock.instance``).
         self.instance_id = secrets.token_hex(8)
+        # Blocking Docker SDK calls run in two private pools: API calls
+        # (create/start/kill/remove/inspect) and one waiter per live cell.
+        self._api_pool = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="cellblock-docker")
+        self._wait_pool = ThreadPoolExecutor(max_workers=WAIT_THREADS, thread_name_prefix="cellblock-cell-wait")
+        self._image_ref: str | None = None
+
+    async def run_blocking(self, fn: Callable[[], Any], *, waiter: bool = False) -> Any:
+        """Runs a blocking Docker SDK call in the executor's own thread pools."""
+        pool = self._wait_pool if waiter else self._api_pool
+        return await asyncio.get_running_loop().run_in_executor(pool, fn)
 
     @property
     def cell_uid(self) -> int:
@@ -170,7 +188,7 @@ class DockerExecutor(Executor):
             self._client = None
             raise CellStartError(f"the Docker engine is not reachable ({exc.__class__.__name__})") from None
         try:
-            client.images.get(self.config.image)
+            image = client.images.get(self.config.image)
         except docker.errors.ImageNotFound:
             raise CellStartError(f"the cell image {self.config.image} is not present; build it with `make image`") from None
         except docker.errors.APIError as exc:
@@ -179,17 +197,31 @@ class DockerExecutor(Executor):
             runtimes = client.info().get("Runtimes", {})
             if self.config.runtime not in runtimes:
                 raise CellStartError(f"the OCI runtime {self.config.runtime} is not configured in the Docker engine")
+        if self._image_ref is None:
+            # Pin the image by id for this executor's lifetime: re-tagging the
+            # name (another `make image`) never switches a running service to
+            # another guest build.
+            self._image_ref = str(image.id)
+            # Cells left stopped by a service that died are removed here;
+            # running ones belong to live services and are left alone.
+            try:
+                client.containers.prune(filters={"label": CELL_LABEL})
+            except docker.errors.APIError:
+                pass
 
     async def check(self) -> None:
-        await asyncio.to_thread(self._check_sync)
+        await self.run_blocking(self._check_sync)
 
-    def image_build_id(self) -> str:
-        """Returns the image's content id, which ties snapshots to a build."""
-        image = self._docker().images.get(self.config.image)
-        return str(image.id)
+    @property
+    def image_id(self) -> str | None:
+        """The pinned image id (``sha256:...``) once the first check ran."""
+        return self._image_ref
 
     def _start_sync(self, spec: CellSpec) -> DockerCell:
+        if self._image_ref is None:
+            self._check_sync()
         options = container_options(self.config, spec, self._profile(), self.instance_id)
+        options["image"] = self._image_ref
         try:
             client = self._docker()
             container = client.containers.create(**options)
@@ -210,7 +242,7 @@ class DockerExecutor(Executor):
 
     async def start(self, spec: CellSpec) -> Cell:
         self.cells_started += 1
-        return await asyncio.to_thread(self._start_sync, spec)
+        return await self.run_blocking(lambda: self._start_sync(spec))
 
     def list_cell_containers(self) -> list[str]:
         """Returns the names of every cell container this executor started and still exists."""
@@ -219,8 +251,10 @@ class DockerExecutor(Executor):
 
     async def close(self) -> None:
         if self._client is not None:
-            await asyncio.to_thread(self._client.close)
+            await self.run_blocking(self._client.close)
             self._client = None
+        self._api_pool.shutdown(wait=False, cancel_futures=True)
+        self._wait_pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _short(exc: Exception) -> str:

@@ -23,9 +23,11 @@ import structlog
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server.bridge import CellBridge
 from cellblock.server.executors import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.logging import error_head
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._ports import BridgeReplyError, LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
+from cellblock.server.telemetry import LegTrace, end_tool_call, record_bridge_call, start_tool_call
 
 log = structlog.get_logger("cellblock.leg")
 
@@ -73,7 +75,7 @@ def reject(run: Run, p: PendingRequest, message: str, provenance: str, code: str
     p.result = (False, message, code)
     p.settled_at = now
     run.provenance[p.bridge_id] = provenance
-    log.warning("bridge.rejected", run_id=run.run_id, bridge_id=p.bridge_id, provenance=provenance, reason=message[:200])
+    log.warning("bridge.rejected", run_id=run.run_id, bridge_id=p.bridge_id, nested_call_id=p.nested_call_id or None, provenance=provenance, reason=message[:200])
 
 
 def record_tool_outcome(run: Run, ports: LegPorts, outcome: ToolOutcome, inbox_bytes: int, now: float) -> PendingRequest | None:
@@ -89,8 +91,10 @@ def record_tool_outcome(run: Run, ports: LegPorts, outcome: ToolOutcome, inbox_b
     try:
         value = ports.project_result(p, outcome, inbox_bytes)
     except BridgeReplyError as exc:
+        end_tool_call(run, p.nested_call_id, "error", outcome.error_kind if outcome.ok_json is None else f"refused_{exc.provenance}")
         reject(run, p, exc.message, exc.provenance, exc.code or "", now)
         return p
+    end_tool_call(run, p.nested_call_id, "ok")
     p.result = (True, json.dumps(value, separators=(",", ":"), ensure_ascii=False), "")
     p.settled_at = now
     return p
@@ -111,6 +115,7 @@ def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest, reserve_slot:
     p.dispatched = True
     p.nested_call_id = run.next_nested_call_id()
     assert p.entry is not None
+    start_tool_call(run, p)
     if not p.entry.get("replaySafe"):
         run.non_replay_safe_dispatched = True
     ports.dispatch(run, p)
@@ -168,6 +173,7 @@ def count(run: Run, ports: LegPorts, kind: str) -> None:
     key = "call" if kind in ("call", "callValue", "namespace") else kind
     run.counts[key] += 1
     ports.count(key)
+    record_bridge_call(key)
 
 
 def restart_safe_label(p: PendingRequest) -> str:
@@ -227,15 +233,25 @@ class Leg:
         #: Output entries accepted in this leg, in production order.
         self.accepted_output: list[dict[str, Any]] = []
         self._log = log.bind(run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id, tool_call_id=run.tool_call_id)
+        #: The leg's spans (``cell.run``, ``cell.acquire``, ``snapshot.*``).
+        self.trace = LegTrace(run, executor)
 
     # ------------------------------------------------------------------ run
     async def run(self) -> LegOutcome:
-        """Runs the leg to its end. Never raises for guest or cell failures."""
+        """Runs the leg to its end inside a ``cell.run`` span. Never raises for guest or cell failures."""
+        with self.trace.running():
+            outcome = await self._run_cell()
+            self.trace.finish(outcome.status, outcome.code)
+            return outcome
+
+    async def _run_cell(self) -> LegOutcome:
         loop = asyncio.get_running_loop()
         run = self.run_
         run.legs += 1
         cell_id = "cell_" + secrets.token_hex(8)
         self._log = self._log.bind(cell_id=cell_id)
+        structlog.contextvars.bind_contextvars(cell_id=cell_id)
+        self.trace.acquiring(cell_id)
         try:
             try:
                 self._bridge = await CellBridge.open(self.socket_base, socket_uid=self.executor.cell_uid)
@@ -248,6 +264,7 @@ class Leg:
                 self._log.error("cell.start_failed", reason=str(exc))
                 return failed("runtime_unavailable", msg.r11(str(exc)))
             self._log.debug("cell.started", runtime_id=self._cell.runtime_id)
+            self.trace.started(self._cell.runtime_id)
             outcome = await self._attach_and_drive(loop, cell_id)
             outcome.cell_id = cell_id
             return outcome
@@ -311,6 +328,7 @@ class Leg:
                 get.cancel()
                 if not done:
                     return failed("runtime_unavailable", msg.r11("the cell did not attach to its bridge in time"))
+        self.trace.attached()
         if run.snapshot is not None and run.engine_build_id and self._bridge.engine_build_id != run.engine_build_id:
             return failed("runtime_unavailable", msg.R19)
         run.engine_build_id = self._bridge.engine_build_id
@@ -335,6 +353,7 @@ class Leg:
         self._bridge.send(bpb.AttachResponse(start=start))
         if start.snapshot_bytes and run.snapshot is not None:
             data = run.snapshot
+            self.trace.restoring(len(data))
             for i in range(0, len(data), _CHUNK):
                 self._bridge.send(bpb.AttachResponse(snapshot_chunk=bpb.SnapshotChunk(data=data[i : i + _CHUNK], last=i + _CHUNK >= len(data))))
             # Deliver what settled while the run was suspended, in completion order.
@@ -393,6 +412,12 @@ class Leg:
                     p.settled_at = loop.time()
                     self._maybe_deliver(p, loop)
                 continue
+            if kind == "settled":
+                # A cellblock-hosted MCP call already recorded its result on the run.
+                p = run.pending.get(value)
+                if p is not None and p.result is not None:
+                    self._maybe_deliver(p, loop)
+                continue
             if kind != "guest":
                 continue
             ending = self._on_guest(value, snapshot_parts)
@@ -404,6 +429,7 @@ class Leg:
 
     def _on_guest(self, value: Any, snapshot_parts: list[bytes]) -> Awaitable[LegOutcome] | None:
         loop = asyncio.get_running_loop()
+        self.trace.guest_spoke()
         if value is None:
             # The stream ended; the exit watcher reports how.
             return None
@@ -446,6 +472,7 @@ class Leg:
     def _suspend(self) -> None:
         assert self._bridge is not None
         self._suspend_sent = True
+        self.trace.suspend_requested()
         self._bridge.send(bpb.AttachResponse(suspend=bpb.Suspend()))
 
     # ---------------------------------------------------------- requests
@@ -469,7 +496,7 @@ class Leg:
         run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
         if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
             # The controller already rejected it; record the provenance.
-            provenance = "input" if req.refusal == bpb.GUEST_REFUSAL_TOO_LARGE else "internal"
+            provenance = "input" if req.refusal in (bpb.GUEST_REFUSAL_TOO_LARGE, bpb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS) else "internal"
             run.provenance[req.bridge_id] = provenance
             if req.method in _NESTED:
                 count(run, self.ports, "call")
@@ -595,12 +622,14 @@ class Leg:
             if len(data) > run.limits.max_snapshot_bytes:
                 self._abandon_dispatched()
                 self._log.warning("snapshot.too_large", snapshot_bytes=len(data))
+                self.trace.snapshot_stored(len(data), end.suspended.raw_bytes, error="snapshot_limit_exceeded")
                 return failed("snapshot_limit_exceeded", msg.r14(len(data), run.limits.max_snapshot_bytes))
             if not run.holds_slot and not self._reserve_slot(run):
                 self._abandon_dispatched()
                 return failed("invalid_input", msg.R01)
             run.snapshot = data
             run.snapshot_bytes = len(data)
+            self.trace.snapshot_stored(len(data), end.suspended.raw_bytes)
             reason = "yield" if run.pending and all(p.method == "yield" for p in run.pending.values()) else "pending_tools"
             return LegOutcome(status="waiting", reason=reason, extra={"raw_bytes": end.suspended.raw_bytes})
         if which == "failed":
@@ -608,14 +637,17 @@ class Leg:
             f = end.failed
             kind = f.kind
             if kind == bpb.FAILURE_KIND_GUEST_ERROR:
+                self._log.warning("guest.failed", **error_head(f.message))
                 return failed("internal_error", f.message, phase="guest")
             if kind == bpb.FAILURE_KIND_BRIDGE_REJECTION:
                 provenance = run.provenance.get(f.rejection_bridge_id)
                 if provenance is None:
                     # Not a rejection the host delivered: a guest-made error.
+                    self._log.warning("guest.failed", **error_head(f.message))
                     return failed("internal_error", f.message, phase="guest")
                 return failed("invalid_input" if provenance == "input" else "internal_error", f.message, phase="bridge")
             if kind == bpb.FAILURE_KIND_UNSETTLEABLE:
+                self._log.warning("guest.unsettleable")
                 return failed("internal_error", msg.R04, phase="guest")
             if kind == bpb.FAILURE_KIND_MEMORY:
                 self._log.error("cell.memory_exhausted")

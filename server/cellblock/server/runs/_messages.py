@@ -269,6 +269,25 @@ def b13(max_pending_tool_calls: int) -> str:
     )
 
 
+def b14(path: str) -> str:
+    """Returns [B14] for a namespace call whose argument is not one plain object.
+
+    Args:
+        path: The guest path, such as ``MCP.github.createIssue``; cut to 200 characters.
+    """
+    return f"{echo(path)} takes a single object argument."
+
+
+def b15(path: str, names: list[str]) -> str:
+    """Returns [B15] for a namespace call missing required arguments.
+
+    Args:
+        path: The guest path; cut to 200 characters.
+        names: The missing argument names in schema order.
+    """
+    return f"{echo(path)} is missing required argument(s): {', '.join(names)}."
+
+
 def b19(tool_id: str) -> str:
     """Returns [B19] for a nested call cancelled before it returned.
 

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from cellblock.server.runs._state import Run
+from cellblock.server.telemetry import end_open_tool_calls
 
 SUSPENDED_RUN_CAP = 64
 
@@ -86,6 +87,7 @@ class RunRegistry:
         self.slots.discard(run.run_id)
         run.holds_slot = False
         run.snapshot = None
+        end_open_tool_calls(run)
 
     def cancel(self, run: Run) -> None:
         """Discards a run so waits report ``aborted`` until its expiry."""

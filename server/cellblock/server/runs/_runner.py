@@ -26,6 +26,7 @@ from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
 from cellblock.server.runs._source import prepare_source
 from cellblock.server.runs._state import Run, new_run_id, replay_id
+from cellblock.server.telemetry import remember_exec_span
 
 log = structlog.get_logger("cellblock.runs")
 
@@ -126,6 +127,8 @@ class Runner:
             budget=OutputBudget(limits.max_output_bytes),
         )
         self.registry.add(run)
+        remember_exec_span(run)
+        structlog.contextvars.bind_contextvars(run_id=run.run_id)
         return await self._run_leg(run, ports, deadline, prepared.text, telemetry)
 
     # ------------------------------------------------------------------ wait
@@ -167,6 +170,7 @@ class Runner:
         if on_claim is not None:
             on_claim(run)
         ports.run_id = run.run_id
+        structlog.contextvars.bind_contextvars(run_id=run.run_id, tool_call_id=run.tool_call_id)
         deadline = loop.time() + run.limits.timeout_ms / 1000.0
         # Settle pending yields (SPEC §10.6 item 3).
         for p in run.pending.values():

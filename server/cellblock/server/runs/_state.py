@@ -100,6 +100,11 @@ class Run:
     holds_slot: bool = False
     cancelled: bool = False
     engine_build_id: str = ""
+    #: The Exec RPC span's context (an ``opentelemetry.trace.SpanContext``):
+    #: the parent of every ``bridge.tool_call`` span of the run, in every leg.
+    exec_span_context: Any = None
+    #: Open ``bridge.tool_call`` spans by nested call id: ``(span, monotonic dispatch time)``.
+    tool_spans: dict[str, tuple[Any, float]] = field(default_factory=dict)
 
     def next_nested_call_id(self) -> str:
         self.nested_calls += 1

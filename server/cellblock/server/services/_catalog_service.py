@@ -60,6 +60,12 @@ def tool_to_dict(index: int, tool: pb.Tool) -> dict[str, Any]:
     return out
 
 
+def _hosted_tools(state: ServiceState, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The hosted MCP entries to add to a new catalog session, minus ids the caller registers itself."""
+    own = {(t.get("owner", "").strip(), t.get("name")) for t in tools if t.get("source") == "mcp" and isinstance(t.get("owner"), str)}
+    return [t for t in state.hosted_tools() if (t["owner"], t["name"]) not in own]
+
+
 def _catalog_message(scope: tuple[str, str], catalog: ScopeCatalog) -> pb.Catalog:
     view = catalog.catalog.view
     entries = []
@@ -115,6 +121,10 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         try:
             tools = [tool_to_dict(i, t) for i, t in enumerate(request.tools)]
             target = existing if (existing is not None and merge) else ScopeCatalog(self._state.config)
+            if target is not existing:
+                # A new catalog session gets the hosted MCP servers' entries (SPEC §3.2 item 7),
+                # after the caller's tools so registration errors keep the caller's indexes.
+                tools += _hosted_tools(self._state, tools)
             if existing is not None and not merge:
                 # A replace keeps the catalog object only if registration succeeds.
                 target = ScopeCatalog(self._state.config)
@@ -155,7 +165,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
     async def DeleteCatalog(self, request: pb.DeleteCatalogRequest, context: grpc.aio.ServicerContext) -> pb.DeleteCatalogResponse:  # noqa: N802
         scope = await require_scope(request.scope, context)
         aborted = 0
-        for _key, (leg_scope, ports) in list(self._state.active_legs.items()):
+        for leg_scope, ports, _leg in list(self._state.active_legs.values()):
             if leg_scope == scope:
                 ports.events.put_nowait(("cancel", "scope"))
                 aborted += 1

@@ -7,10 +7,12 @@ search/describe/lookup answers and the input/output contracts.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any
 
 from cellblock.server.catalog._catalog import Catalog, CatalogView
 from cellblock.server.catalog._contracts import check_input_contract, check_output_contract
+from cellblock.server.catalog._declarations import McpNamespace, build_namespace
 from cellblock.server.catalog._entries import CatalogEntry
 from cellblock.server.catalog._surface import tool_surface
 from cellblock.server.config import CodeModeConfig
@@ -23,9 +25,29 @@ class RunCatalog:
         self._view = view
         self._config = config
 
+    @cached_property
+    def namespace(self) -> McpNamespace:
+        """The run's ``MCP`` namespace and namespace map (SPEC §8.5), computed once per run."""
+        return build_namespace(self._view.entries)
+
     def guest_catalog(self) -> dict[str, Any]:
-        """The data the cell installs: ``allTools``, ``convenience``, ``apiFiles``."""
-        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "apiFiles": []}
+        """The data the cell installs: ``allTools``, ``convenience``, ``mcp`` (``None`` without
+        ``mcp`` entries) and ``apiFiles`` (SPEC §8.1, §8.5, §8.6). Computed once per run; treat
+        it as read-only."""
+        return self._guest_catalog
+
+    @cached_property
+    def _guest_catalog(self) -> dict[str, Any]:
+        ns = self.namespace
+        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": ns.guest_data(), "apiFiles": ns.api_files()}
+
+    def namespace_entry(self, root: Any, path: Any) -> CatalogEntry | None:
+        """The entry a ``namespace`` request targets, or ``None`` when ``[root, path]`` is not in
+        the run's namespace map (SPEC §8.5 item 7)."""
+        if root != "MCP" or not isinstance(path, str):
+            return None
+        entry_id = self.namespace.paths.get(path)
+        return None if entry_id is None else self._view.get(entry_id)
 
     def search(self, query: Any, options: Any) -> list[dict[str, Any]]:
         """``tools.search`` (SPEC §7.5). Raises BridgeReplyError."""

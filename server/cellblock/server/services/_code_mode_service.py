@@ -17,6 +17,7 @@ from cellblock.server.runs._ports import ToolOutcome
 from cellblock.server.services._scope import require_scope
 from cellblock.server.services._state import ServiceState
 from cellblock.server.services._stream_ports import StreamPorts
+from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
 
@@ -67,6 +68,7 @@ def _result_message(report: LegReport) -> pb.Result:
         code=_CODES[report.code],
         run_id=report.run_id,
         metadata=metadata,
+        trace_id=current_trace_id(),
     )
 
 
@@ -110,7 +112,10 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
         scope = await require_scope(start.scope, context)
         if not start.tool_call_id.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "start.tool_call_id must be a non-empty string")
-        bound = log.bind(rpc=kind, session_id=scope[0], agent_run_id=scope[1], tool_call_id=start.tool_call_id)
+        # The wait's own tool-call id is `wait_tool_call_id`; `tool_call_id` stays the exec's (SPEC §13 item 5).
+        ids = {"session_id": scope[0], "agent_run_id": scope[1], ("tool_call_id" if kind == "exec" else "wait_tool_call_id"): start.tool_call_id}
+        structlog.contextvars.bind_contextvars(rpc=kind, **ids)
+        bound = log.bind(rpc=kind, **ids)
         catalog = self._state.catalogs.get(scope)
         if kind == "exec" and catalog is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this scope has no catalog; register one with CatalogService.PutCatalog first")
@@ -118,7 +123,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many legs are running on this instance (limit {self._state.admission.limit}); retry shortly")
         outbox: asyncio.Queue[Any] = asyncio.Queue()
         view = catalog.view() if catalog is not None else None
-        ports = StreamPorts(response_type, outbox, view, catalog)
+        ports = StreamPorts(response_type, outbox, view, catalog, hosted=self._state.mcp_hub, poke=self._state.poke_run)
         telemetry = (lambda: catalog.telemetry()) if catalog is not None else self._state.empty_telemetry
 
         async def read_runtime() -> None:
@@ -168,7 +173,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
 
         reader = asyncio.ensure_future(read_runtime())
         leg = asyncio.ensure_future(run_leg())
-        self._state.active_legs[id(leg)] = (scope, ports)
+        self._state.active_legs[id(leg)] = (scope, ports, leg)
         try:
             while True:
                 item = await outbox.get()
@@ -177,8 +182,10 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
                 yield item
             report = leg.result()
             yield response_type(result=_result_message(report))
+            annotate_rpc(kind, report)
             level = "warning" if report.status == "failed" and report.code != "aborted" else "info"
-            getattr(bound, level)("rpc.completed", status=report.status, code=report.code, run_id=report.run.run_id if report.run else "", duration_ms=int((time.monotonic() - started) * 1000))
+            run_ids = {"run_id": report.run.run_id, "tool_call_id": report.run.tool_call_id} if report.run else {"run_id": ""}
+            getattr(bound, level)("rpc.completed", status=report.status, code=report.code, cell_id=report.cell_id or None, **run_ids, duration_ms=int((time.monotonic() - started) * 1000))
         finally:
             self._state.active_legs.pop(id(leg), None)
             self._state.admission.release()

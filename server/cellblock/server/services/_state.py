@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,13 +38,35 @@ class ServiceState:
 
     Attributes:
         catalogs: ``(session_id, agent_run_id)`` -> catalog.
-        active_legs: leg key -> ``(scope, ports)`` for cancellation on scope end.
+        active_legs: leg key -> ``(scope, ports, task)`` for cancellation on
+            scope end, CancelRun and shutdown.
+        mcp_hub: The cellblock-hosted MCP servers (``McpHub``), or ``None``.
     """
 
     config: CodeModeConfig
     admission: Admission
     catalogs: dict[tuple[str, str], Any] = field(default_factory=dict)
-    active_legs: dict[int, tuple[tuple[str, str], Any]] = field(default_factory=dict)
+    active_legs: dict[int, tuple[tuple[str, str], Any, Any]] = field(default_factory=dict)
+
+    async def abort_all(self, timeout: float) -> None:
+        """Aborts every running leg and waits until each cleaned up its cell."""
+        legs = list(self.active_legs.values())
+        for _scope, ports, _task in legs:
+            ports.events.put_nowait(("cancel", "caller"))
+        tasks = [task for _scope, _ports, task in legs]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout)
+    mcp_hub: Any = None
+
+    def hosted_tools(self) -> list[dict[str, Any]]:
+        """Registration dicts of the hosted MCP servers' entries (empty without a hub)."""
+        return self.mcp_hub.tools() if self.mcp_hub is not None else []
+
+    def poke_run(self, run_id: str, bridge_id: str) -> None:
+        """Tells the legs serving ``run_id`` that ``bridge_id`` settled on the run."""
+        for _scope, ports, _task in list(self.active_legs.values()):
+            if ports.run_id == run_id:
+                ports.events.put_nowait(("settled", bridge_id))
 
     def empty_telemetry(self) -> dict[str, Any]:
         """Telemetry of a scope without a catalog (SPEC §5.2: zeros)."""

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Callable
 from typing import Any
+
+import structlog
 
 from cellblock.server.catalog import _messages as bmsg
 from cellblock.server.catalog._errors import BridgeReplyError
 from cellblock.server.runs import _messages as msg
+from cellblock.server.runs._leg import record_tool_outcome, reply_inbox_bytes
 from cellblock.server.runs._ports import LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import common_pb2
+
+log = structlog.get_logger("cellblock.leg")
 
 _METHODS = {
     "call": pb.NESTED_CALL_METHOD_CALL,
@@ -31,14 +38,29 @@ class StreamPorts(LegPorts):
         view: The run's frozen catalog view.
         session: The live catalog session whose counters grow (may be gone
             after the scope ended).
+        hosted: The cellblock-hosted MCP servers (``McpHub``), or ``None``;
+            namespace calls to their entries go to them instead of the runtime
+            (SPEC §3.2 item 7).
+        poke: ``poke(run_id, bridge_id)`` tells the leg now serving a run
+            that a hosted call settled a request (no-op when none is active).
     """
 
-    def __init__(self, response_type: Any, outbox: asyncio.Queue[Any], view: Any, session: Any) -> None:
+    def __init__(
+        self,
+        response_type: Any,
+        outbox: asyncio.Queue[Any],
+        view: Any,
+        session: Any,
+        hosted: Any = None,
+        poke: Callable[[str, str], None] | None = None,
+    ) -> None:
         self._response_type = response_type
         self._outbox = outbox
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.view = view
         self.session = session
+        self.hosted = hosted
+        self._poke = poke
         #: The run this leg serves, once known (CancelRun finds legs by it).
         self.run_id = ""
 
@@ -56,8 +78,18 @@ class StreamPorts(LegPorts):
 
     def resolve(self, method: str, args: list[Any]) -> dict[str, Any]:
         if method == "namespace":
+            # SPEC §8.5 item 7: only paths in the run's namespace map, by exact catalog id.
             path = args[1] if len(args) > 1 else ""
-            raise BridgeReplyError(msg.p04(str(path)), "internal")
+            entry = self.view.namespace_entry(args[0] if args else None, path)
+            if entry is None:
+                log.error("bridge.protocol", message=msg.p04(str(path)))
+                raise BridgeReplyError(msg.p04(str(path)), "internal")
+            label = f"MCP.{path}"
+            tool_input = args[2] if len(args) > 2 else {}
+            if not isinstance(tool_input, dict):
+                # The controller refuses these itself (B14); a forged request gets the same reply.
+                raise BridgeReplyError(msg.b14(label), "input")
+            return {"entry": entry, "input": tool_input, "replaySafe": False, "label": label}
         helper = "tools.call" if method == "call" else "tools.callValue"
         tool_id = args[0] if args else None
         entry = self.view.resolve(tool_id, helper)
@@ -68,6 +100,9 @@ class StreamPorts(LegPorts):
     def dispatch(self, run: Run, request: PendingRequest) -> None:
         assert request.entry is not None
         entry = request.entry["entry"]
+        if request.method == "namespace" and self.hosted is not None and self.hosted.serves(entry):
+            self._dispatch_hosted(run, request)
+            return
         call = pb.ToolCall(
             nested_call_id=request.nested_call_id,
             parent_tool_call_id=run.tool_call_id,
@@ -82,25 +117,51 @@ class StreamPorts(LegPorts):
         )
         self._outbox.put_nowait(self._response_type(tool_call=call))
 
+    def _dispatch_hosted(self, run: Run, request: PendingRequest) -> None:
+        """Calls a cellblock-hosted MCP server; its answer settles the request on the run.
+
+        The answer is recorded on the run whether or not a leg is active (a
+        parked run delivers it on its next wait), then the active leg, if
+        any, is told (SPEC §3.4 item 3, §3.5).
+        """
+        assert request.entry is not None
+        entry = request.entry["entry"]
+
+        def done(outcome: ToolOutcome) -> None:
+            settled = record_tool_outcome(run, self, outcome, reply_inbox_bytes(run), time.monotonic())
+            if settled is not None and self._poke is not None:
+                self._poke(run.run_id, settled.bridge_id)
+
+        self.hosted.start_call(
+            entry,
+            request.entry["input"],
+            nested_call_id=request.nested_call_id,
+            run_id=run.run_id,
+            parent_tool_call_id=run.tool_call_id,
+            on_done=done,
+        )
+
     def project_result(self, request: PendingRequest, outcome: ToolOutcome, inbox_bytes: int) -> Any:
         assert request.entry is not None
         entry = request.entry["entry"]
+        # In tool messages <id> is the guest path for namespace calls (SPEC §14).
+        label = request.entry.get("label", entry.id)
         if outcome.ok_json is None:
             kind = outcome.error_kind
             if kind == "invalid_input":
                 raise BridgeReplyError(outcome.error_message, "input")
             if kind == "blocked":
-                raise BridgeReplyError(bmsg.b09_blocked(entry.id, outcome.error_message), "internal")
+                raise BridgeReplyError(bmsg.b09_blocked(label, outcome.error_message), "internal")
             if kind == "cancelled":
-                raise BridgeReplyError(msg.b19(entry.id), "internal")
-            raise BridgeReplyError(outcome.error_message or msg.b11(entry.id), "internal")
+                raise BridgeReplyError(msg.b19(label), "internal")
+            raise BridgeReplyError(outcome.error_message or msg.b11(label), "internal")
         size = len(outcome.ok_json.encode("utf-8", "surrogatepass"))
         if size > inbox_bytes:
-            raise BridgeReplyError(msg.b12(entry.id, size, inbox_bytes), "internal")
+            raise BridgeReplyError(msg.b12(label, size, inbox_bytes), "internal")
         try:
             result = json.loads(outcome.ok_json)
         except ValueError:
-            raise BridgeReplyError(msg.b11(entry.id), "internal") from None
+            raise BridgeReplyError(msg.b11(label), "internal") from None
         self.view.check_output(entry, result)
         if request.method == "call":
             return {"tool": entry.compact(), "result": result}
@@ -109,6 +170,8 @@ class StreamPorts(LegPorts):
         return result
 
     def cancel_notice(self, nested_call_id: str) -> None:
+        if self.hosted is not None and self.hosted.cancel(nested_call_id):
+            return
         self._outbox.put_nowait(self._response_type(tool_call_cancelled=pb.ToolCallCancelled(nested_call_id=nested_call_id)))
 
     def output(self, entry: dict[str, Any]) -> None:
