@@ -809,7 +809,7 @@ async def _invoke(handler: ToolHandler | None, input_json: str, info: ToolCallIn
         _log.warning("tool handler for %s failed", info.catalog_id, exc_info=True)
         return _error_result(info.nested_call_id, "failed", str(exc) or type(exc).__name__)
     try:
-        ok_json = json.dumps(outcome, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        ok_json = _json_text(outcome)
     except (TypeError, ValueError) as exc:
         return _error_result(info.nested_call_id, "failed", f"the tool result is not JSON-serialisable: {exc}")
     return code_mode_service_pb2.ToolResult(nested_call_id=info.nested_call_id, ok_json=ok_json)
@@ -825,4 +825,20 @@ def _error_result(nested_call_id: str, kind: str, message: str) -> code_mode_ser
 def _arguments_json(arguments: Mapping[str, Any] | str | None) -> str:
     if isinstance(arguments, str):
         return arguments
-    return json.dumps(dict(arguments or {}), ensure_ascii=False, separators=(",", ":"))
+    return _json_text(dict(arguments or {}))
+
+
+def _json_text(value: Any) -> str:
+    """Compact JSON for a proto string field: UTF-8 text, lone surrogates as ``\\uXXXX``.
+
+    Raises:
+        ValueError: NaN or infinities (not JSON).
+        TypeError: A value that is not JSON-serialisable.
+    """
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # Protobuf strings must be valid UTF-8; escaping everything keeps lone surrogates as escapes.
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+    return text

@@ -185,7 +185,12 @@ class CellVM:
                 out-of-memory error, SPEC §10.10 item 1).
         """
         engine_ctx = self._ctx._engine_ctx
-        self._guard(engine_ctx.run_pending_jobs)
+        # The engine runs at most a batch of jobs per call; a program that
+        # keeps queueing jobs (`for (;;) await null`) is drained until the
+        # queue is empty or the interrupt handler stops it at the deadline.
+        while self._guard(engine_ctx.run_pending_jobs) > 0 and not self.interrupted:
+            if self.linear_memory_bytes() >= self.memory_limit_bytes:
+                break
         if self.interrupted:
             raise VMPoisonedError("interrupted", "deadline reached while computing")
         if self.linear_memory_bytes() >= self.memory_limit_bytes:

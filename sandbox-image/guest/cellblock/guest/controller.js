@@ -65,7 +65,19 @@
   const indirectEval = eval;
 
   // ---- UTF-8 sizes -------------------------------------------------------
+  const encodeURIComponentFn = encodeURIComponent;
+  const unescapeFn = unescape;
+  // UTF-8 length in bytes. The native encoder is fast; strings with lone
+  // surrogates (which it refuses) are counted by hand, 3 bytes each.
   function utf8Length(s) {
+    try {
+      return unescapeFn(encodeURIComponentFn(s)).length;
+    } catch (e) {
+      return utf8LengthSlow(s);
+    }
+  }
+
+  function utf8LengthSlow(s) {
     let n = 0;
     for (let i = 0; i < s.length; i++) {
       const c = s.charCodeAt(i);
@@ -198,6 +210,12 @@
     return err;
   }
 
+  function helperName(method) {
+    if (method === "callValue" || method === "call" || method === "search" || method === "describe") return "tools." + method;
+    if (method === "namespace") return "MCP";
+    return method;
+  }
+
   function request(method, args) {
     let resolveFn;
     let rejectFn;
@@ -212,8 +230,17 @@
       rejectFn(err);
       return promise;
     }
-    const [ok, safeArgs] = jsonSafe(args);
-    const text = ok ? jsonStringify(safeArgs) : "[]";
+    // Each argument crosses as its own JSON-safe value (SPEC §8.8 rule 4).
+    const safeArgs = [];
+    for (let i = 0; i < args.length; i++) {
+      const [ok, safe] = jsonSafe(args[i]);
+      if (!ok) {
+        rejectFn(new TypeErrorCtor(helperName(method) + " could not turn its argument into JSON or text."));
+        return promise;
+      }
+      call(arrayPush, safeArgs, safe);
+    }
+    const text = jsonStringify(safeArgs);
     const n = (counters[method] || 0) + 1;
     counters[method] = n;
     const id = "bridge:" + method + ":" + n;
@@ -465,6 +492,11 @@
     if (reason !== undefined && reason !== null) r = typeof reason === "string" ? reason : renderText(reason);
     return request("yield", [r === undefined ? null : r]);
   }
+
+  // The engine calls a guest-set Error.prepareStackTrace with call-site objects
+  // whose getFunction() would hand out controller functions on the stack; fix
+  // it to undefined before any user code runs.
+  defineProperty(ErrorCtor, "prepareStackTrace", { value: undefined, writable: false, configurable: false, enumerable: false });
 
   // ---- Globals (SPEC §8.1) -------------------------------------------------
   const consoleObj = freeze({ log: consoleLine, info: consoleLine, warn: consoleLine, error: consoleLine });

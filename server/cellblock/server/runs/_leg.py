@@ -25,6 +25,7 @@ from cellblock.server.bridge import CellBridge
 from cellblock.server.executors import Cell, CellSpec, CellStartError, Executor
 from cellblock.server.logging import error_head
 from cellblock.server.runs import _messages as msg
+from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._ports import BridgeReplyError, LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace, end_tool_call, record_bridge_call, start_tool_call
@@ -95,7 +96,7 @@ def record_tool_outcome(run: Run, ports: LegPorts, outcome: ToolOutcome, inbox_b
         reject(run, p, exc.message, exc.provenance, exc.code or "", now)
         return p
     end_tool_call(run, p.nested_call_id, "ok")
-    p.result = (True, json.dumps(value, separators=(",", ":"), ensure_ascii=False), "")
+    p.result = (True, compact_json(value), "")
     p.settled_at = now
     return p
 
@@ -145,7 +146,7 @@ def process_request(run: Run, ports: LegPorts, p: PendingRequest, now: float) ->
         except BridgeReplyError as exc:
             reject(run, p, exc.message, exc.provenance, exc.code or "", now)
             return "settled"
-        p.result = (True, json.dumps(value, separators=(",", ":"), ensure_ascii=False), "")
+        p.result = (True, compact_json(value), "")
         p.settled_at = now
         return "settled"
     if p.method == "timer":
@@ -346,7 +347,7 @@ class Leg:
                 output_spent_bytes=run.budget.spent,
                 output_closed=run.budget.closed,
             ),
-            catalog_json=json.dumps(self.ports.guest_catalog(), separators=(",", ":"), ensure_ascii=False),
+            catalog_json=compact_json(self.ports.guest_catalog()),
             bridge_counters=run.bridge_counters,
             snapshot_bytes=len(run.snapshot) if self.source is None and run.snapshot else 0,
         )

@@ -8,7 +8,6 @@ projects the outcome into the model-facing result object (SPEC §10.5).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ from cellblock.server.executors import Executor
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._input import InputFailure, validate_exec, validate_wait
 from cellblock.server.runs._leg import Leg, LegOutcome, dispatch_request, failed, record_tool_outcome, reply_inbox_bytes
-from cellblock.server.runs._output import OutputBudget
+from cellblock.server.runs._output import OutputBudget, compact_json
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
@@ -176,7 +175,7 @@ class Runner:
         for p in run.pending.values():
             if p.method == "yield" and p.result is None:
                 reason = p.args[0] if p.args else None
-                p.result = (True, json.dumps({"status": "yielded", "reason": reason}, separators=(",", ":"), ensure_ascii=False), "")
+                p.result = (True, compact_json({"status": "yielded", "reason": reason}), "")
                 p.settled_at = loop.time()
         # Dispatch what a yield, the deadline or restart safety held back;
         # in-flight calls keep running (SPEC §10.6 item 3).

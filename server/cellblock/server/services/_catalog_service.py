@@ -9,6 +9,7 @@ import grpc
 
 from cellblock.server.catalog._errors import CatalogRegistrationError
 from cellblock.server.runs import RunRegistry
+from cellblock.server.runs._output import compact_json
 from cellblock.server.services._catalogs import ScopeCatalog
 from cellblock.server.services._scope import require_scope
 from cellblock.server.services._state import ServiceState
@@ -76,8 +77,8 @@ def _catalog_message(scope: tuple[str, str], catalog: ScopeCatalog) -> pb.Catalo
             name=entry.name,
             label=entry.label or "",
             description=entry.description,
-            parameters_json=json.dumps(entry.parameters, separators=(",", ":"), ensure_ascii=False) if entry.parameters is not None else "",
-            output_schema_json=json.dumps(entry.output_schema, separators=(",", ":"), ensure_ascii=False) if entry.output_schema is not None else "",
+            parameters_json=compact_json(entry.parameters) if entry.parameters is not None else "",
+            output_schema_json=compact_json(entry.output_schema) if entry.output_schema is not None else "",
             replay_safe=entry.replay_safe,
             side_effecting=entry.side_effecting,
             operation=_OPERATION_ENUM.get(entry.operation or "", pb.MCP_OPERATION_UNSPECIFIED),

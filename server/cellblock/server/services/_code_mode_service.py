@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -13,6 +12,7 @@ import grpc
 import structlog
 
 from cellblock.server.runs import LegReport, Runner
+from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._ports import ToolOutcome
 from cellblock.server.services._scope import require_scope
 from cellblock.server.services._state import ServiceState
@@ -63,7 +63,7 @@ def _result_message(report: LegReport) -> pb.Result:
         metadata.leg_count = run.legs
         metadata.snapshot_bytes = run.snapshot_bytes
     return pb.Result(
-        result_json=json.dumps(report.result, separators=(",", ":"), ensure_ascii=False),
+        result_json=compact_json(report.result),
         status=_STATUS[report.status],
         code=_CODES[report.code],
         run_id=report.run_id,
@@ -86,7 +86,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
             return pb.GetToolSurfaceResponse(code_mode_engaged=False)
         engaged, tools = catalog.tool_surface(self._state.config, request.model_id or None)
         definitions = [
-            pb.ToolDefinition(name=t["name"], description=t.get("description", ""), parameters_json=json.dumps(t.get("parameters", {}), separators=(",", ":"), ensure_ascii=False))
+            pb.ToolDefinition(name=t["name"], description=t.get("description", ""), parameters_json=compact_json(t.get("parameters", {})))
             for t in tools
         ]
         return pb.GetToolSurfaceResponse(code_mode_engaged=engaged, tools=definitions)

@@ -14,6 +14,7 @@ from cellblock.server.catalog import _messages as bmsg
 from cellblock.server.catalog._errors import BridgeReplyError
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._leg import record_tool_outcome, reply_inbox_bytes
+from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._ports import LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.v1 import code_mode_service_pb2 as pb
@@ -113,7 +114,7 @@ class StreamPorts(LegPorts):
             owner=entry.owner,
             name=entry.name,
             method=_METHODS[request.method],
-            input_json=json.dumps(request.entry["input"], separators=(",", ":"), ensure_ascii=False),
+            input_json=compact_json(request.entry["input"]),
         )
         self._outbox.put_nowait(self._response_type(tool_call=call))
 
@@ -175,7 +176,7 @@ class StreamPorts(LegPorts):
         self._outbox.put_nowait(self._response_type(tool_call_cancelled=pb.ToolCallCancelled(nested_call_id=nested_call_id)))
 
     def output(self, entry: dict[str, Any]) -> None:
-        text = json.dumps(entry, separators=(",", ":"), ensure_ascii=False)
+        text = compact_json(entry)
         self._outbox.put_nowait(self._response_type(output=pb.OutputEvent(entry_json=text)))
 
     def count(self, kind: str) -> None:
