@@ -7,12 +7,12 @@
 #       app/  cellblock/guest/ + the generated bridge stubs cellblock/bridge/v1/*_pb2*.py
 #       Dockerfile
 #  2. Hash the context together with the base image id; that hash is the image build id
-#     (label io.cellblock.image-build, tag $CELLBLOCK_IMAGE:<hash12>).
+#     (label io.cellblock.image-build, tag $CELLBLOCK_IMAGE_REPO:<hash12>).
 #  3. docker build, unless an image with that hash already exists; tag it :dev either way.
 #  4. After a real build, smoke-test the image under the locked-down flags and seccomp profile.
 #
 # Environment:
-#   CELLBLOCK_IMAGE       image repository           (default cellblock-cell)
+#   CELLBLOCK_IMAGE_REPO  image repository           (default cellblock-cell; the service's CELLBLOCK_IMAGE is a full reference)
 #   CELLBLOCK_BASE_IMAGE  base image (BASE_IMAGE arg) (default cellblock-base:bookworm;
 #                         a missing cellblock-base:* is bootstrapped from Debian packages)
 #   PYTHON                host python used for pip    (default python3)
@@ -22,7 +22,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 ctx="$root/build/sandbox-context"
-image="${CELLBLOCK_IMAGE:-cellblock-cell}"
+image="${CELLBLOCK_IMAGE_REPO:-cellblock-cell}"
 base_image="${CELLBLOCK_BASE_IMAGE:-cellblock-base:bookworm}"
 python="${PYTHON:-python3}"
 

@@ -359,3 +359,8 @@ def b11(tool_id: str) -> str:
 def b12(tool_id: str, result_bytes: int, inbox_bytes: int) -> str:
     """[B12] a tool result larger than the reply inbox."""
     return f'Tool "{echo(tool_id)}" returned {result_bytes} bytes, more than this cell accepts ({inbox_bytes} bytes); ask for less data.'
+
+
+def not_json(tool_id: str) -> str:
+    """A runtime's tool result that is not valid JSON (cellblock's own message, no SPEC id)."""
+    return f'Tool "{echo(tool_id)}" returned a result that is not valid JSON.'

@@ -11,7 +11,7 @@ from cellblock.server.catalog._errors import CatalogRegistrationError
 from cellblock.server.runs import RunRegistry
 from cellblock.server.runs._output import compact_json
 from cellblock.server.services._catalogs import ScopeCatalog
-from cellblock.server.services._scope import require_scope
+from cellblock.server.services._scope import page_start, require_scope
 from cellblock.server.services._state import ServiceState
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
@@ -154,7 +154,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "session_id must be a non-empty string")
         scopes = sorted(s for s in self._state.catalogs if s[0] == request.session_id)
         size = request.page_size if 0 < request.page_size <= 1000 else 100
-        start = int(request.page_token) if request.page_token.isdigit() else 0
+        start = await page_start(request.page_token, context)
         page = scopes[start : start + size]
         summaries = [
             pb.CatalogSummary(scope=common_pb2.Scope(session_id=s[0], agent_run_id=s[1]), telemetry=telemetry_message(self._state.catalogs[s].telemetry()))

@@ -6,7 +6,7 @@ import grpc
 from google.protobuf import timestamp_pb2
 
 from cellblock.server.runs import Run, RunRegistry
-from cellblock.server.services._scope import require_scope
+from cellblock.server.services._scope import page_start, require_scope
 from cellblock.server.services._state import ServiceState
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import common_pb2
@@ -63,7 +63,7 @@ class RunService(pb_grpc.RunServiceServicer):
         self._registry.sweep()
         runs = self._registry.of_scope(*scope)
         size = request.page_size if 0 < request.page_size <= 1000 else 100
-        start = int(request.page_token) if request.page_token.isdigit() else 0
+        start = await page_start(request.page_token, context)
         page = runs[start : start + size]
         token = str(start + size) if start + size < len(runs) else ""
         return pb.ListRunsResponse(runs=[run_message(r) for r in page], next_page_token=token)

@@ -18,3 +18,16 @@ async def require_scope(scope: common_pb2.Scope, context: grpc.aio.ServicerConte
         if len(value) > MAX_ID_LENGTH:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} is longer than {MAX_ID_LENGTH} characters")
     return (scope.session_id, scope.agent_run_id)
+
+
+async def page_start(page_token: str, context: grpc.aio.ServicerContext) -> int:
+    """Returns the offset a page token encodes, or aborts with INVALID_ARGUMENT.
+
+    Tokens are the decimal offsets this service hands out as ``next_page_token``;
+    an empty token is the first page.
+    """
+    if not page_token:
+        return 0
+    if not page_token.isdigit() or len(page_token) > 9:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "page_token is not a token this service returned; pass next_page_token unchanged or leave it empty")
+    return int(page_token)

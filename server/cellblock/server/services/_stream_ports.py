@@ -162,7 +162,7 @@ class StreamPorts(LegPorts):
         try:
             result = json.loads(outcome.ok_json)
         except ValueError:
-            raise BridgeReplyError(msg.b11(label), "internal") from None
+            raise BridgeReplyError(msg.not_json(label), "internal") from None
         self.view.check_output(entry, result)
         if request.method == "call":
             return {"tool": entry.compact(), "result": result}
