@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from typing import Any
 
 import docker
 import pytest
@@ -87,3 +88,101 @@ def test_missing_oci_runtime_fails_closed(runtime: str) -> None:
     executor = DockerExecutor(DockerExecutorConfig(runtime=runtime))
     with pytest.raises(CellStartError, match="not configured"):
         asyncio.run(executor.check())
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_cell_of_a_real_exec_is_locked_down(client: Any, scope: Any, service: Any, docker_client: docker.DockerClient) -> None:
+    """Inspects the container the executor really started for an exec."""
+    import asyncio
+
+    from cellblock.client import LimitOverrides, Tool
+
+    os.environ["CELLBLOCK_TEST_HOST_SECRET"] = "must-not-reach-the-cell"
+    try:
+        await client.put_catalog(scope, [Tool(source="host", name="noop")])
+        task = asyncio.ensure_future(client.exec(scope, tool_call_id="inspect", code="while (true) {}", handlers={}, limits=LimitOverrides(timeout_ms=6000)))
+        names: list[str] = []
+        for _ in range(50):
+            names = service.executor.list_cell_containers()
+            if names:
+                break
+            await asyncio.sleep(0.1)
+        assert len(names) == 1
+        attrs = docker_client.containers.get(names[0]).attrs
+        result = await task
+    finally:
+        del os.environ["CELLBLOCK_TEST_HOST_SECRET"]
+    assert result.code == "timeout"
+    host = attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["ReadonlyRootfs"] is True
+    assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
+    assert "no-new-privileges:true" in host["SecurityOpt"]
+    assert any(o.startswith("seccomp=") and '"defaultAction":"SCMP_ACT_ERRNO"' in o for o in host["SecurityOpt"])
+    assert host["PidsLimit"] > 0 and host["NanoCpus"] > 0
+    assert host["Memory"] > 0 and host["MemorySwap"] == host["Memory"]
+    assert host["IpcMode"] == "private" and host["Privileged"] is False
+    assert not host.get("Devices")
+    assert [m["Destination"] for m in attrs["Mounts"]] == ["/run/cellblock"]
+    assert attrs["Config"]["User"] == "65532:65532"
+    env_names = {e.split("=", 1)[0] for e in attrs["Config"]["Env"]}
+    assert "CELLBLOCK_TEST_HOST_SECRET" not in env_names
+    assert not any("must-not-reach-the-cell" in e for e in attrs["Config"]["Env"])
+    # Only the image's own ENV lines (LANG comes from the debootstrap base) and the two bridge variables.
+    assert env_names <= {"PATH", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE", "CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN"}
+
+
+BOMB = r"""
+import json, os, threading, time
+out = {}
+try:
+    os.fork(); out["fork"] = "forked"
+except OSError as e:
+    out["fork"] = e.errno
+threads = []
+try:
+    for _ in range(10000):
+        t = threading.Thread(target=time.sleep, args=(30,), daemon=True); t.start(); threads.append(t)
+    out["threads"] = "unbounded"
+except RuntimeError:
+    out["threads"] = len(threads)
+for path in ("/tmp/x", "/opt/cellblock/app/x", "/run/x", "/home/x"):
+    try:
+        open(path, "w").write("x"); out[path] = "written"
+    except OSError as e:
+        out[path] = e.errno
+print(json.dumps(out), flush=True)
+os._exit(0)
+"""
+
+
+def test_fork_and_thread_bombs_and_file_writes_are_stopped(docker_client: docker.DockerClient) -> None:
+    """A test-only command inside a cell container (not JavaScript, which has no such API)."""
+    with tempfile.TemporaryDirectory() as bridge_dir:
+        spec = CellSpec(cell_id="cell_bomb", bridge_dir=bridge_dir, cell_token="t" * 64, memory_limit_bytes=64 << 20)
+        config = DockerExecutorConfig()
+        options = container_options(config, spec, json.dumps(json.loads(config.seccomp_profile.read_text())))
+        options["name"] = f"cellblock-bomb-{os.getpid()}"
+        container = docker_client.containers.create(**options, entrypoint=["python3", "-c", BOMB])
+        try:
+            container.start()
+            assert container.wait(timeout=120)["StatusCode"] == 0
+            out = json.loads(container.logs(stdout=True, stderr=False).decode().strip().splitlines()[-1])
+        finally:
+            container.remove(force=True)
+    assert out["fork"] == 1, "fork must be refused (EPERM by the seccomp profile)"
+    assert isinstance(out["threads"], int) and out["threads"] < config.pids_limit, "the pids limit must stop a thread bomb"
+    for path in ("/tmp/x", "/opt/cellblock/app/x", "/run/x", "/home/x"):
+        assert out[path] in (13, 30, 2), f"{path} was writable"  # EACCES, EROFS or ENOENT: never written
+
+
+def test_seccomp_profile_self_test(docker_client: docker.DockerClient) -> None:
+    """sandbox-image/seccomp-selftest.py: what the agent needs works; what the profile removes gets EPERM."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "sandbox-image" / "seccomp-selftest.py")], capture_output=True, text=True, timeout=300, cwd=root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "checks passed" in proc.stdout
