@@ -45,6 +45,18 @@ class ProcessExecutor(Executor):
 
     name = "process"
 
+    def __init__(self, *, module: str = "cellblock.guest", extra_path: tuple[str, ...] = ()) -> None:
+        """Creates the executor.
+
+        Args:
+            module: The agent module run with ``python -m`` (tests substitute
+                misbehaving agents to prove the host's own defences).
+            extra_path: Directories added to the agent's ``PYTHONPATH``.
+        """
+        super().__init__()
+        self._module = module
+        self._extra_path = extra_path
+
     @property
     def cell_uid(self) -> int:
         return os.getuid()
@@ -54,7 +66,7 @@ class ProcessExecutor(Executor):
 
     async def start(self, spec: CellSpec) -> Cell:
         self.cells_started += 1
-        path = os.pathsep.join(str(_REPO_ROOT / p) for p in ("sandbox-image/guest", "proto"))
+        path = os.pathsep.join([*(str(_REPO_ROOT / p) for p in ("sandbox-image/guest", "proto")), *self._extra_path])
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "PYTHONPATH": path,
@@ -62,7 +74,7 @@ class ProcessExecutor(Executor):
             "CELLBLOCK_CELL_TOKEN": spec.cell_token,
         }
         try:
-            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "cellblock.guest", env=env)
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-m", self._module, env=env)
         except OSError as exc:
             raise CellStartError(f"the guest agent could not be started ({exc.__class__.__name__})") from None
         return ProcessCell(proc, spec.cell_id)
