@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 async def test_node_client_gets_the_python_clients_result(client: CellblockClient, service: object) -> None:
     node = shutil.which("node")
     assert node is not None, "Node.js is required (make setup installs it)"
-    assert (ROOT / "node_modules" / "@grpc" / "grpc-js").is_dir(), "run `make setup` (npm ci) first"
+    assert (ROOT / "tests" / "interop" / "node_modules" / "@grpc" / "grpc-js").is_dir(), "run `make setup` (npm ci in tests/interop) first"
     scope = Scope(session_id="interop-python", agent_run_id="interop")
     await client.put_catalog(scope, load_tools())
     python_result = await client.exec(scope, tool_call_id="interop-call", code=program("shipment"), handlers=HANDLERS)
