@@ -134,9 +134,12 @@ class Service:
     registry: RunRegistry
     state: ServiceState
     health: health.aio.HealthServicer
+    sweeper: asyncio.Task[None] | None = None
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stops accepting RPCs, aborts running legs (removing their cells), ends the server and shuts hosted MCP sessions down."""
+        if self.sweeper is not None:
+            self.sweeper.cancel()
         await self.health.enter_graceful_shutdown()
         await self.state.abort_all(timeout=grace + 5.0)
         await self.server.stop(grace)
@@ -187,7 +190,21 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("server.started", address=address, executor=executor.name)
-    return Service(server, address, executor, registry, state, health_servicer)
+    service = Service(server, address, executor, registry, state, health_servicer)
+    service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
+    return service
+
+
+#: Seconds between sweeps of expired suspended runs (they are also swept at
+#: the start of every exec and wait, SPEC §10.7 item 5).
+SWEEP_INTERVAL_S = 5.0
+
+
+async def _sweep_periodically(registry: RunRegistry) -> None:
+    while True:
+        await asyncio.sleep(SWEEP_INTERVAL_S)
+        for run in registry.sweep():
+            log.info("run.expired", run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id)
 
 
 async def serve(settings: ServerSettings | None = None) -> None:
