@@ -179,7 +179,10 @@ class TestSdkWiring:
         assert span_processor("none") is None and span_processor("") is None
         assert type(span_processor("console")).__name__ == "SimpleSpanProcessor"
         assert type(span_processor(f"jsonfile:{tmp_path / 'x.jsonl'}")).__name__ == "SimpleSpanProcessor"
-        assert type(span_processor("otlp")).__name__ == "BatchSpanProcessor"
+        otlp = span_processor("otlp")
+        assert type(otlp).__name__ == "BatchSpanProcessor"
+        assert otlp is not None
+        otlp.shutdown()
         assert metric_exporter("none") is None and type(metric_exporter("console")).__name__ == "ConsoleMetricExporter"
         for bad in ("jaeger", "jsonfile:"):
             with pytest.raises(ValueError, match="unknown traces exporter"):
