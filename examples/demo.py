@@ -49,7 +49,7 @@ def _print_output(entry: Any) -> None:
 
 
 async def main() -> int:
-    configure_logging(logging.WARNING)  # the demo prints results; the service logs only problems
+    configure_logging(logging.ERROR)  # the demo prints results; the service logs only infrastructure errors
     image = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
     with tempfile.TemporaryDirectory(prefix="cellblock-demo-traces-") as traces, tempfile.TemporaryDirectory(prefix="cellblock-demo-") as sockets:
         spans_file = Path(traces) / "spans.jsonl"

@@ -75,6 +75,9 @@ def configure_logging(level: int = logging.INFO) -> None:
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+    # Libraries that set their own logger levels (bm25s logs at DEBUG) still
+    # pass through this handler's level.
+    handler.setLevel(level)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
