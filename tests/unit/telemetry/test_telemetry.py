@@ -220,7 +220,7 @@ def test_metrics_counts_histograms_and_suspended_gauge() -> None:
     registry = RunRegistry()
     _metrics.observe_registry(registry)
     run = Run(run_id="run_x", session_id="s", agent_run_id="a", tool_call_id="t", turn_id="", replay_id="replay_x", limits=None, restart_safe=False, view=None, budget=OutputBudget(1000))
-    run.snapshot = b"snap"
+    run.suspended = True
     registry.park(run, 60)
     _metrics.record_leg("exec", "waiting", "")
     _metrics.record_leg("exec", "failed", "timeout")

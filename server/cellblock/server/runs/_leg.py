@@ -28,6 +28,7 @@ from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._ports import BridgeReplyError, LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
+from cellblock.server.snapshots import SnapshotStore
 from cellblock.server.telemetry import LegTrace, end_tool_call, record_bridge_call, start_tool_call
 
 log = structlog.get_logger("cellblock.leg")
@@ -216,7 +217,7 @@ class Leg:
         socket_base: str,
         source: str | None,
         reserve_slot: Callable[[Run], bool],
-        store_suspended: Callable[[Run], Awaitable[None]] | None = None,
+        snapshots: SnapshotStore,
     ) -> None:
         self.run_ = run
         self.executor = executor
@@ -225,6 +226,7 @@ class Leg:
         self.socket_base = socket_base
         self.source = source
         self._reserve_slot = reserve_slot
+        self._snapshots = snapshots
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
         self._bridge: CellBridge | None = None
@@ -330,7 +332,10 @@ class Leg:
                 if not done:
                     return failed("runtime_unavailable", msg.r11("the cell did not attach to its bridge in time"))
         self.trace.attached()
-        if run.snapshot is not None and run.engine_build_id and self._bridge.engine_build_id != run.engine_build_id:
+        snapshot = self._snapshots.get(run.run_id) if self.source is None else None
+        if self.source is None and snapshot is None:
+            return failed("runtime_unavailable", msg.r18("its snapshot is no longer stored"))
+        if snapshot is not None and run.engine_build_id and self._bridge.engine_build_id != run.engine_build_id:
             return failed("runtime_unavailable", msg.R19)
         run.engine_build_id = self._bridge.engine_build_id
         self._spawn(self._pump_inbox())
@@ -349,11 +354,11 @@ class Leg:
             ),
             catalog_json=compact_json(self.ports.guest_catalog()),
             bridge_counters=run.bridge_counters,
-            snapshot_bytes=len(run.snapshot) if self.source is None and run.snapshot else 0,
+            snapshot_bytes=len(snapshot) if snapshot is not None else 0,
         )
         self._bridge.send(bpb.AttachResponse(start=start))
-        if start.snapshot_bytes and run.snapshot is not None:
-            data = run.snapshot
+        if snapshot is not None:
+            data = snapshot
             self.trace.restoring(len(data))
             for i in range(0, len(data), _CHUNK):
                 self._bridge.send(bpb.AttachResponse(snapshot_chunk=bpb.SnapshotChunk(data=data[i : i + _CHUNK], last=i + _CHUNK >= len(data))))
@@ -628,7 +633,8 @@ class Leg:
             if not run.holds_slot and not self._reserve_slot(run):
                 self._abandon_dispatched()
                 return failed("invalid_input", msg.R01)
-            run.snapshot = data
+            self._snapshots.put(run.run_id, data)
+            run.suspended = True
             run.snapshot_bytes = len(data)
             self.trace.snapshot_stored(len(data), end.suspended.raw_bytes)
             reason = "yield" if run.pending and all(p.method == "yield" for p in run.pending.values()) else "pending_tools"

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from cellblock.server.runs._state import Run
+from cellblock.server.snapshots import InMemorySnapshotStore, SnapshotStore
 from cellblock.server.telemetry import end_open_tool_calls
 
 SUSPENDED_RUN_CAP = 64
@@ -33,8 +34,10 @@ class RunRegistry:
     nothing awaits between the check and the update).
     """
 
-    def __init__(self, cap: int = SUSPENDED_RUN_CAP) -> None:
+    def __init__(self, cap: int = SUSPENDED_RUN_CAP, store: SnapshotStore | None = None) -> None:
         self.cap = cap
+        #: Where suspended runs' snapshots are kept.
+        self.store: SnapshotStore = store or InMemorySnapshotStore()
         self.runs: dict[str, Run] = {}
         self.claimed: set[str] = set()
         self.slots: set[str] = set()
@@ -73,7 +76,7 @@ class RunRegistry:
         """
         self.sweep()
         run = self.runs.get(run_id)
-        if run is None or run.snapshot is None:
+        if run is None or not run.suspended:
             return None
         if run_id in self.claimed:
             return "busy"
@@ -86,7 +89,8 @@ class RunRegistry:
         self.claimed.discard(run.run_id)
         self.slots.discard(run.run_id)
         run.holds_slot = False
-        run.snapshot = None
+        run.suspended = False
+        self.store.delete(run.run_id)
         end_open_tool_calls(run)
 
     def cancel(self, run: Run) -> None:
@@ -99,7 +103,7 @@ class RunRegistry:
     def sweep(self) -> list[Run]:
         """Removes expired suspended runs and old tombstones; returns the runs."""
         now = time.time()
-        expired = [r for r in self.runs.values() if r.snapshot is not None and r.expires_at and r.expires_at <= now and r.run_id not in self.claimed]
+        expired = [r for r in self.runs.values() if r.suspended and r.expires_at and r.expires_at <= now and r.run_id not in self.claimed]
         for run in expired:
             self.remove(run)
         for run_id in [k for k, t in self.cancelled.items() if t.expires_at <= now]:

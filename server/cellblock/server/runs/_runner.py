@@ -247,6 +247,7 @@ class Runner:
             socket_base=self.socket_base,
             source=source,
             reserve_slot=self.registry.reserve_slot,
+            snapshots=self.registry.store,
         )
         started = time.monotonic()
         try:

@@ -91,7 +91,8 @@ class Run:
     non_replay_safe_dispatched: bool = False
     counts: dict[str, int] = field(default_factory=lambda: {"search": 0, "describe": 0, "call": 0})
     legs: int = 0
-    snapshot: bytes | None = None
+    #: True while the run's snapshot is stored (the run is suspended).
+    suspended: bool = False
     snapshot_bytes: int = 0
     pending: dict[str, PendingRequest] = field(default_factory=dict)
     #: bridge id -> "input" or "internal", for every rejection delivered.

@@ -172,7 +172,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
                 aborted += 1
         discarded = 0
         for run in self._registry.of_scope(*scope):
-            if run.snapshot is not None and run.run_id not in self._registry.claimed:
+            if run.suspended and run.run_id not in self._registry.claimed:
                 self._registry.remove(run)
                 discarded += 1
         self._state.catalogs.pop(scope, None)

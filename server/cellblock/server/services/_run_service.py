@@ -22,7 +22,7 @@ def _timestamp(seconds: float) -> timestamp_pb2.Timestamp:
 
 def run_message(run: Run) -> pb.Run:
     """Describes a run; never includes snapshot contents."""
-    suspended = run.snapshot is not None
+    suspended = run.suspended
     msg = pb.Run(
         run_id=run.run_id,
         scope=common_pb2.Scope(session_id=run.session_id, agent_run_id=run.agent_run_id),
@@ -74,7 +74,7 @@ class RunService(pb_grpc.RunServiceServicer):
         if tomb is not None and (tomb.session_id, tomb.agent_run_id) == scope:
             return pb.CancelRunResponse(previous_state=pb.RUN_STATE_UNSPECIFIED)
         run = await self._find(scope, request.run_id, context)
-        if run.snapshot is not None and request.run_id not in self._registry.claimed:
+        if run.suspended and request.run_id not in self._registry.claimed:
             self._registry.cancel(run)
             return pb.CancelRunResponse(previous_state=pb.RUN_STATE_SUSPENDED)
         # An active leg: abort it through its stream's event queue.

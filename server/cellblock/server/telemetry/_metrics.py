@@ -40,7 +40,7 @@ _registries: weakref.WeakSet[RunRegistry] = weakref.WeakSet()
 
 
 def _observe_suspended(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-    total = sum(sum(1 for r in reg.runs.values() if r.snapshot is not None and r.run_id not in reg.claimed) for reg in list(_registries))
+    total = sum(sum(1 for r in reg.runs.values() if r.suspended and r.run_id not in reg.claimed) for reg in list(_registries))
     yield metrics.Observation(total)
 
 
