@@ -327,8 +327,10 @@ class CellblockClient:
         for run in list(self._runs.values()):
             run.abandon_all()
         self._runs.clear()
-        for task in list(self._background):
+        background = list(self._background)
+        for task in background:
             task.cancel()
+        await asyncio.gather(*background, return_exceptions=True)
         await self._channel.close()
 
     async def __aenter__(self) -> Self:
