@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,6 +22,7 @@ from mcp_types import INVALID_PARAMS
 
 from cellblock.server.catalog._entries import CatalogEntry
 from cellblock.server.mcp._config import McpServerConfig
+from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._ports import ToolOutcome
 
 __all__ = ["OPERATION_TOOLS", "McpHub"]
@@ -258,7 +258,7 @@ class McpHub:
                     result = await session.call(entry, arguments)
                 else:
                     result = await asyncio.wait_for(session.call(entry, arguments), self._call_timeout_s)
-                outcome = ToolOutcome(nested_call_id, ok_json=json.dumps(result, separators=(",", ":"), ensure_ascii=False))
+                outcome = ToolOutcome(nested_call_id, ok_json=compact_json(result))
                 bound.info("mcp.call_completed", is_error=bool(result.get("isError")), duration_ms=int((time.monotonic() - started) * 1000))
             except asyncio.CancelledError:
                 bound.info("mcp.call_cancelled", duration_ms=int((time.monotonic() - started) * 1000))
