@@ -104,9 +104,10 @@ serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variable
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Exec latency and suspend->resume beside their baselines (docker run, quickjs-rs, plain exec); p50/p95 and ratios
+bench: setup ## Exec latency, suspend->resume and 500-tool search beside their baselines; p50/p95 and ratios
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.exec_latency
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.suspend_resume
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.catalog_search
 
 # ------------------------------------------------------------------ housekeeping
 
