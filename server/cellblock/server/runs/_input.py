@@ -8,11 +8,11 @@ carrying the exact [E..]/[W..] message. No cell starts and nothing is dispatched
 from __future__ import annotations
 
 import json
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cellblock.server.catalog._text import js_trim
 from cellblock.server.runs import _messages as m
 
 Language = Literal["javascript", "typescript"]
@@ -48,29 +48,6 @@ class ValidatedExec:
 
     restart_safe: bool
     """Effective restartSafe: the runtime's force flag or the model's ``restartSafe: true``."""
-
-
-def _is_js_space(ch: str) -> bool:
-    # ECMAScript WhiteSpace and LineTerminator, as used by String.prototype.trim.
-    return ch in "\t\n\v\f\r \u00a0\ufeff\u2028\u2029" or unicodedata.category(ch) == "Zs"
-
-
-def js_trim(text: str) -> str:
-    """Trims ``text`` like ECMAScript ``String.prototype.trim``.
-
-    Args:
-        text: Any string.
-
-    Returns:
-        ``text`` without leading and trailing ECMAScript white space and line
-        terminators.
-    """
-    start, end = 0, len(text)
-    while start < end and _is_js_space(text[start]):
-        start += 1
-    while end > start and _is_js_space(text[end - 1]):
-        end -= 1
-    return text[start:end]
 
 
 def _reject_constant(name: str) -> Any:

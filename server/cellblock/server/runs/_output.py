@@ -9,11 +9,11 @@ never replaced by U+FFFD.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Mapping
 from typing import Any
+
+from cellblock.server.catalog._text import compact_json as _compact_json
 
 GUIDANCE = "Output truncated; rerun with narrower arguments or return less data."
 """The ``guidance`` text of every truncation marker (SPEC §9 rule 5)."""
@@ -24,85 +24,17 @@ ERROR_TRUNCATED = "[error truncated]"
 MARKER_RESERVE = 256
 """``K``: bytes of the entry channel kept free for a truncation marker (SPEC §2.3)."""
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class NotSerializableError(ValueError):
     """A value cannot be written as compact JSON (for example, nesting too deep)."""
 
 
-def _js_number(value: float) -> str:
-    """Formats a finite float like ECMAScript ``Number::toString``."""
-    if value == 0:
-        return "0"
-    sign = "-" if value < 0 else ""
-    text = repr(abs(value))
-    mantissa, _, exponent_text = text.partition("e")
-    exponent = int(exponent_text) if exponent_text else 0
-    integer_part, _, fraction = mantissa.partition(".")
-    all_digits = integer_part + fraction
-    stripped = all_digits.lstrip("0")
-    leading_zeros = len(all_digits) - len(stripped)
-    digits = stripped.rstrip("0") or "0"
-    point = len(integer_part) + exponent - leading_zeros
-    k = len(digits)
-    if k <= point <= 21:
-        body = digits + "0" * (point - k)
-    elif 0 < point <= 21:
-        body = digits[:point] + "." + digits[point:]
-    elif -6 < point <= 0:
-        body = "0." + "0" * (-point) + digits
-    else:
-        e = point - 1
-        body = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e > 0 else "-")
-        body += str(abs(e))
-    return sign + body
-
-
-def _string(text: str) -> str:
-    out = json.dumps(text, ensure_ascii=False)
-    if _SURROGATE.search(out):
-        out = _SURROGATE.sub(lambda match: f"\\u{ord(match.group()):04x}", out)
-    return out
-
-
-def _write(value: Any, parts: list[str]) -> None:
-    if value is None:
-        parts.append("null")
-    elif value is True:
-        parts.append("true")
-    elif value is False:
-        parts.append("false")
-    elif isinstance(value, str):
-        parts.append(_string(value))
-    elif isinstance(value, int):
-        parts.append(str(value))
-    elif isinstance(value, float):
-        parts.append(_js_number(value) if math.isfinite(value) else "null")
-    elif isinstance(value, Mapping):
-        parts.append("{")
-        first = True
-        for key, item in value.items():
-            if not first:
-                parts.append(",")
-            first = False
-            parts.append(_string(str(key)))
-            parts.append(":")
-            _write(item, parts)
-        parts.append("}")
-    elif isinstance(value, (list, tuple)):
-        parts.append("[")
-        for index, item in enumerate(value):
-            if index:
-                parts.append(",")
-            _write(item, parts)
-        parts.append("]")
-    else:
-        raise NotSerializableError(f"not a JSON value: {type(value).__name__}")
-
-
 def compact_json(value: Any) -> str:
     """Writes a JSON value as compact JSON (SPEC §0.3 item 2).
+
+    One implementation serves the whole service (``catalog._text.compact_json``);
+    this wrapper turns its failures into :class:`NotSerializableError`.
 
     Args:
         value: A JSON value made of dicts (string keys, insertion order), lists, strings,
@@ -115,12 +47,12 @@ def compact_json(value: Any) -> str:
     Raises:
         NotSerializableError: ``value`` holds a non-JSON type or is nested too deeply.
     """
-    parts: list[str] = []
     try:
-        _write(value, parts)
+        return _compact_json(value)
     except RecursionError:
         raise NotSerializableError("nesting is too deep for the serialiser") from None
-    return "".join(parts)
+    except TypeError as exc:
+        raise NotSerializableError(str(exc)) from None
 
 
 def utf8_size(text: str) -> int:
