@@ -16,6 +16,7 @@ from cellblock.server.catalog._declarations import McpNamespace, build_namespace
 from cellblock.server.catalog._entries import CatalogEntry
 from cellblock.server.catalog._surface import tool_surface
 from cellblock.server.config import CodeModeConfig
+from cellblock.server.runs._result import make_telemetry
 
 
 class RunCatalog:
@@ -94,15 +95,14 @@ class ScopeCatalog:
         """The result telemetry of SPEC §12 item 1 (key order of §10.5)."""
         view = self.catalog.view
         snap = self.catalog.counters.snapshot()
-        return {
-            "catalogSize": view.size,
-            "sources": dict(view.sources),
-            "searchCount": snap.search_count,
-            "describeCount": snap.describe_count,
-            "callCount": snap.call_count,
-            "counterScope": snap.counter_scope,
-            "visibleTools": ["exec", "wait"],
-        }
+        return make_telemetry(
+            catalog_size=view.size,
+            sources=view.sources,
+            search_count=snap.search_count,
+            describe_count=snap.describe_count,
+            call_count=snap.call_count,
+            counter_scope=snap.counter_scope,
+        )
 
     def tool_surface(self, config: CodeModeConfig, model_id: str | None) -> tuple[bool, list[dict[str, Any]]]:
         """The model-visible tools (SPEC §3.3)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cellblock.server.config import CodeModeConfig
+from cellblock.server.runs._result import make_telemetry
 
 
 class Admission:
@@ -70,12 +71,4 @@ class ServiceState:
 
     def empty_telemetry(self) -> dict[str, Any]:
         """Telemetry of a scope without a catalog (SPEC §5.2: zeros)."""
-        return {
-            "catalogSize": 0,
-            "sources": {"host": 0, "mcp": 0, "client": 0},
-            "searchCount": 0,
-            "describeCount": 0,
-            "callCount": 0,
-            "counterScope": "",
-            "visibleTools": ["exec", "wait"],
-        }
+        return make_telemetry()
