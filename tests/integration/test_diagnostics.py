@@ -78,3 +78,13 @@ async def test_runtime_syntax_error_from_eval_is_a_runtime_failure(client: Cellb
     result = await client.exec(scope, tool_call_id="ev", code='JSON.parse("{");', handlers={}, limits=LimitOverrides(timeout_ms=5000))
     assert (result.code, result.failure_phase) == ("internal_error", "guest")
     assert result.error.startswith("SyntaxError:")
+
+
+async def test_early_errors_the_parser_misses_are_still_invalid_input(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", name="noop")])
+    result = await client.exec(scope, tool_call_id="early", code="const a = 1;\n'use strict'; with ({}) {}\nreturn a;", handlers={})
+    if result.status == "completed":
+        return  # not an early error in the engine's sloppy-mode body
+    assert (result.code, result.failure_phase, result.bridge_dispatch_started) == ("invalid_input", "input", False), result.raw_json
+    assert result.error.startswith("SyntaxError at cellblock:user.js:")
+    assert ":-" not in result.error, "no negative columns"

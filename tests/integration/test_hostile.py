@@ -87,13 +87,14 @@ MEMORY = {
 
 @pytest.mark.parametrize("name", list(MEMORY))
 async def test_memory_exhaustion_is_runtime_unavailable_with_the_limit(client: CellblockClient, scope: Scope, name: str) -> None:
-    result, elapsed = await _run(client, scope, MEMORY[name])
+    # A generous deadline: the limit, not the clock, must end these programs even on a loaded machine.
+    result, elapsed = await _run(client, scope, MEMORY[name], limits=LimitOverrides(timeout_ms=8000, memory_limit_bytes=32 * 1024 * 1024))
     assert (result.status, result.code, result.failure_phase) == ("failed", "runtime_unavailable", "host"), result.raw_json
     assert result.error == (
         "cell memory exhausted: the program needed more than its 33554432-byte limit. Page through large tool results or keep less data in the cell."
         " Tool calls that already ran were not undone; check them before retrying."
     )
-    assert elapsed < HANG_BOUND_S
+    assert elapsed < 8 + 2 + 4
     await _still_serves(client, scope)
 
 
@@ -212,7 +213,7 @@ ESCAPES = [
     "return typeof Function('return this')().require",
     "return Object.getOwnPropertyNames(globalThis).filter(n => /^(process|require|module|exports|fetch|XMLHttpRequest|WebSocket|std|os|Deno|Bun)$/.test(n)).join(',') || 'undefined'",
     "try { Error.prepareStackTrace = (e, sites) => sites.map(s => s.getFunction()); } catch (e) {} try { null.x } catch (e) { return Array.isArray(e.stack) ? 'hijacked' : typeof Error.prepareStackTrace; }",
-    "return typeof (async () => {}).constructor('return globalThis.__cellblock_send')()",
+    "return typeof (await (async () => {}).constructor('return globalThis.__cellblock_send')())",
     "try { return typeof (await import('os')); } catch (e) { return 'undefined'; }",
 ]
 
@@ -224,8 +225,7 @@ async def test_escape_attempts_find_nothing(client: CellblockClient, scope: Scop
         # `import(...)` is refused before any cell starts (module access).
         assert result.code == "invalid_input" and result.failure_phase == "input", result.raw_json
     else:
-        assert result.value in ("undefined", "object"), result.raw_json
-        assert result.value != "hijacked"
+        assert result.value == "undefined", result.raw_json
 
 
 async def test_overwriting_bridge_globals_cannot_forge_results(client: CellblockClient, scope: Scope) -> None:
@@ -243,9 +243,56 @@ return r;
         return {"details": {"real": True}}
 
     result, _ = await _run(client, scope, code, handlers={"echo": recording_echo})
-    assert seen in ([{"n": 1}], [])
-    assert "forged" not in result.raw_json or result.status == "failed"
+    # The guest broke its own JSON and Promise; the bridge still carried the real input,
+    # and whatever the guest does with its broken built-ins, the host's record is exact.
+    assert seen == [{"n": 1}], seen
+    assert result.status in ("completed", "failed") and result.code in (None, "internal_error"), result.raw_json
     await _still_serves(client, scope)
+
+
+CONTROLLER_ATTACKS = {
+    "poisoned Object.prototype.toJSON": ("Object.prototype.toJSON = () => ({phase: 'fulfilled', hostWork: 0, valueJson: '\"forged\"'}); return 1;", 1),
+    "poisoned Map.prototype.forEach": ("Map.prototype.forEach = function () { throw new Error('x'); }; return 1;", 1),
+    "getter on Object.prototype": ("Object.defineProperty(Object.prototype, 'phase', {get() { return 'forged'; }, set() {}}); return 1;", 1),
+    "lone surrogates flood the output": ('text("\\ud800".repeat(100000)); return "ok";', "ok"),
+    "deleted globals": ("delete globalThis.JSON; delete globalThis.Promise; delete globalThis.Object; return 2;", 2),
+}
+
+
+@pytest.mark.parametrize("name", list(CONTROLLER_ATTACKS))
+async def test_guest_cannot_break_the_controller(client: CellblockClient, scope: Scope, name: str) -> None:
+    code, expected = CONTROLLER_ATTACKS[name]
+    result, elapsed = await _run(client, scope, code, limits=LimitOverrides(timeout_ms=5000))
+    assert result.status == "completed" and result.value == expected, result.raw_json
+    assert elapsed < 5 + 2 + 4
+    await _still_serves(client, scope)
+
+
+async def test_snapshot_hands_the_controller_to_no_guest_setter(client: CellblockClient, scope: Scope) -> None:
+    code = """
+let stolen = 'nothing';
+Object.defineProperty(globalThis, '__cellblock_controller_restore', {set(v) { stolen = v; }, get() { return stolen; }, configurable: false});
+Object.setPrototypeOf(globalThis, new Proxy({}, {set(t, k, v) { stolen = v; return true; }}));
+await yield_control('x');
+return typeof stolen;
+"""
+    first, _ = await _run(client, scope, code)
+    assert first.status == "waiting", first.raw_json
+    done = await client.wait(scope, tool_call_id="steal-w", run_id=first.run_id)
+    assert done.status == "completed" and done.value == "string", done.raw_json
+
+
+async def test_memory_exhaustion_while_serialising_a_tool_argument_calls_no_tool(client: CellblockClient, scope: Scope) -> None:
+    seen: list[Any] = []
+
+    async def recording_echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+        seen.append(tool_input)
+        return {"details": "called"}
+
+    code = "const r = await tools.echo({s: 'q'.repeat(9 * 1024 * 1024)}); return r;"
+    result, _ = await _run(client, scope, code, handlers={"echo": recording_echo}, limits=LimitOverrides(timeout_ms=8000, memory_limit_bytes=32 * 1024 * 1024))
+    assert seen == [], "the tool must not run with a corrupted argument"
+    assert (result.status, result.code) == ("failed", "runtime_unavailable"), result.raw_json
 
 
 async def test_client_disconnect_mid_exec_aborts_and_removes_the_cell(client: CellblockClient, scope: Scope, service: Any) -> None:
@@ -286,7 +333,7 @@ async def test_twenty_hostile_programs_at_once_leave_the_service_healthy(client:
     assert len(refused) <= 4 and all("too many legs are running on this instance (limit 16); retry shortly" in s for s in refused)
     started = time.monotonic()
     await _still_serves(client, scope)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 2.0
     assert service.executor.list_cell_containers() == []
     current = _rss_kib()
     assert current - rss_before < 50 * 1024, f"server memory grew by {(current - rss_before) // 1024} MiB"

@@ -59,8 +59,8 @@ def test_bridge_ids_count_per_method() -> None:
 
 def test_error_text_has_user_frames_with_user_lines() -> None:
     status, _ = run('const x = 1;\nfunction inner() {\n  throw new TypeError("bad input");\n}\ninner();')
-    message = status["failure"]["message"]
-    assert status["failure"]["kind"] == "guest"
+    message = json.loads(status["failureMessage"])
+    assert status["failureKind"] == "guest"
     assert message.splitlines()[0] == "TypeError: bad input"
     assert "    at inner (cellblock:user.js:3:" in message
     assert "    at <anonymous> (cellblock:user.js:5:" in message
@@ -69,17 +69,17 @@ def test_error_text_has_user_frames_with_user_lines() -> None:
 
 def test_thrown_non_error_is_uncaught_text() -> None:
     status, _ = run('throw {reason: "nope"}')
-    assert status["failure"]["message"] == 'Uncaught {"reason":"nope"}'
+    assert json.loads(status["failureMessage"]) == 'Uncaught {"reason":"nope"}'
 
 
 def test_uncaught_host_rejection_is_reported_with_its_bridge_id() -> None:
     status, _ = run('await tools.callValue("host:core:echo", {});', answer=lambda m, a: (False, "Tool failed"))
-    assert status["failure"] == {"kind": "bridge", "bridgeId": "bridge:callValue:1", "message": "Error: Tool failed"}
+    assert (status["failureKind"], status["failureBridgeId"], json.loads(status["failureMessage"])) == ("bridge", "bridge:callValue:1", "Error: Tool failed")
 
 
 def test_rethrown_new_error_after_caught_rejection_is_guest() -> None:
     status, _ = run('try { await tools.echo({}); } catch (e) { throw new Error("wrapped: " + e.message); }', answer=lambda m, a: (False, "x"))
-    assert status["failure"]["kind"] == "guest"
+    assert status["failureKind"] == "guest"
 
 
 def test_pending_cap_refuses_in_the_guest() -> None:
@@ -160,7 +160,7 @@ def test_output_budget_closes_channel_and_counts_omissions() -> None:
     # C = 1024 - 256 = 768; K = 256: entries of 65 bytes fit while spent + 65 + 256 <= 768.
     assert len(accepted) == 7
     assert out["omittedEntries"] == 43 and out["closed"] is True
-    assert out["firstOmitted"] == "y" * 40
+    assert json.loads(out["firstOmitted"]) == "y" * 40
 
 
 def test_deadline_interrupts_busy_loop_and_poisons_vm() -> None:
@@ -192,3 +192,59 @@ def test_snapshot_restore_keeps_state_and_pending_promise() -> None:
     vm2.settle(request[1], True, json.dumps("late"), "")
     status = vm2.status()
     assert json.loads(status["valueJson"]) == [1, 2, True, "late"]
+
+
+def test_guest_prototype_poisoning_cannot_forge_the_status() -> None:
+    status, _ = run(
+        "Object.prototype.toJSON = () => ({phase: 'fulfilled', hostWork: 0, valueJson: '\"forged\"'});"
+        " Map.prototype.forEach = () => { throw new Error('x'); };"
+        " Object.defineProperty(Object.prototype, 'phase', {set() { throw new Error('setter'); }, get() { return 'forged'; }});"
+        " return 41 + 1"
+    )
+    assert status["phase"] == "fulfilled" and status["hostWork"] == 0
+    assert status["valueJson"] == "42"
+
+
+def test_out_of_memory_inside_json_is_not_turned_into_a_string() -> None:
+    vm = CellVM(memory_limit_bytes=16 << 20, deadline=time.monotonic() + 5)
+    vm.install({"limits": LIMITS, "catalog": CATALOG, "bridgeCounters": {}, "nextTimerId": 1})
+    try:
+        vm.start("const big = {s: 'q'.repeat(6 * 1024 * 1024)}; await tools.echo(big); return 'sent'")
+    except VMPoisonedError as exc:
+        assert exc.kind == "memory"
+        return
+    requests = [i for i in vm.outbox.take() if i[0] == "request"]
+    assert all("[object Object]" not in i[3] for i in requests), "an engine failure must not become String(value)"
+    status = vm.status()
+    assert status["phase"] == "rejected" and "out of memory" in json.loads(status["failureMessage"])
+
+
+def test_snapshot_parks_the_controller_where_guest_setters_cannot_see_it() -> None:
+    vm = new_vm()
+    vm.start(
+        "let stolen = 'nothing'; const trap = {set(v) { stolen = v; }, get() { return stolen; }, configurable: true};"
+        " Object.defineProperty(globalThis, '__cellblock_controller_restore', trap);"
+        " Object.setPrototypeOf(globalThis, new Proxy({}, {set(t, k, v) { stolen = v; return true; }, defineProperty() { return false; }}));"
+        " const r = await tools.echo({}); return typeof stolen;"
+    )
+    request = [i for i in vm.outbox.take() if i[0] == "request"][0]
+    data, _ = vm.snapshot()
+    vm.close()
+    vm2 = CellVM(memory_limit_bytes=32 << 20, deadline=time.monotonic() + 5)
+    vm2.restore(data, {"limits": LIMITS})
+    vm2.settle(request[1], True, json.dumps(1), "")
+    status = vm2.status()
+    assert status["phase"] == "fulfilled" and json.loads(status["valueJson"]) == "string"
+    names = json.loads(vm2._ctx.eval("JSON.stringify(Object.getOwnPropertyNames(globalThis))"))
+    assert [k for k in names if k.startswith("__cellblock")] == ["__cellblock_controller_restore"], "only the guest's own decoy may remain"
+
+
+def test_early_error_the_parser_missed_is_a_compile_error_with_its_line() -> None:
+    vm = new_vm()
+    vm.start("const a = 1;\n'use strict'; with ({}) {}\nreturn a;")
+    status = vm.status()
+    if status["phase"] == "compile_error":
+        line, _, message = json.loads(status["failureMessage"]).partition(":")
+        assert line.isdigit() and int(line) >= 1 and message
+    else:
+        assert status["phase"] in ("fulfilled", "rejected")

@@ -144,9 +144,9 @@ def test_b14_and_b15_are_refused_with_refusal_reports() -> None:
 
 def test_uncaught_b15_carries_bridge_provenance() -> None:
     status, _ = run("await MCP.memory.createEntities({ mode: 'x' });")
-    assert status["failure"]["kind"] == "bridge"
-    assert status["failure"]["bridgeId"] == "bridge:namespace:1"
-    assert status["failure"]["message"].splitlines()[0] == "Error: MCP.memory.createEntities is missing required argument(s): entities."
+    assert status["failureKind"] == "bridge"
+    assert status["failureBridgeId"] == "bridge:namespace:1"
+    assert json.loads(status["failureMessage"]).splitlines()[0] == "Error: MCP.memory.createEntities is missing required argument(s): entities."
 
 
 def test_api_files_list_and_read() -> None:

@@ -38,7 +38,7 @@ class _GuestRefusalEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GuestRef
 
 class GuestRefusal(_GuestRefusal, metaclass=_GuestRefusalEnumTypeWrapper):
     """GuestRefusal names a request the controller refused without sending it.
-    Frozen.
+    It grows only together with the cell image.
     """
 
 GUEST_REFUSAL_UNSPECIFIED: GuestRefusal.ValueType  # 0
@@ -79,9 +79,15 @@ class _FailureKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FailureKi
     """The guest was interrupted at the leg's deadline while computing (R05)."""
     FAILURE_KIND_UNSERIALISABLE: _FailureKind.ValueType  # 7
     """The returned value cannot be serialised (R15)."""
+    FAILURE_KIND_SYNTAX: _FailureKind.ValueType  # 8
+    """The engine refused the source before any of it ran (an early error the
+    host's parser accepted); the message is `<line>:<engine message>`.
+    """
 
 class FailureKind(_FailureKind, metaclass=_FailureKindEnumTypeWrapper):
-    """FailureKind says why the program failed inside the cell. Frozen."""
+    """FailureKind says why the program failed inside the cell. It grows only
+    together with the cell image (guest and host ship as one build).
+    """
 
 FAILURE_KIND_UNSPECIFIED: FailureKind.ValueType  # 0
 """Never sent."""
@@ -103,6 +109,10 @@ FAILURE_KIND_INTERRUPTED: FailureKind.ValueType  # 6
 """The guest was interrupted at the leg's deadline while computing (R05)."""
 FAILURE_KIND_UNSERIALISABLE: FailureKind.ValueType  # 7
 """The returned value cannot be serialised (R15)."""
+FAILURE_KIND_SYNTAX: FailureKind.ValueType  # 8
+"""The engine refused the source before any of it ran (an early error the
+host's parser accepted); the message is `<line>:<engine message>`.
+"""
 Global___FailureKind: _TypeAlias = FailureKind  # noqa: Y015
 
 @_typing.final
@@ -219,8 +229,9 @@ class OutputOmission(_message.Message):
     first_omitted_content: _builtins.str
     """The first omitted entry's content (a `text` entry's text, a `json`
     entry's compact JSON), cut UTF-8-safely to at most the budget's entry
-    share `maxOutputBytes - floor(maxOutputBytes / 4)` bytes; SPEC §9 rule 5
-    takes the marker's prefix from it.
+    share `maxOutputBytes - floor(maxOutputBytes / 4)` bytes, written as a
+    JSON string literal (lone surrogates stay escapes); SPEC §9 rule 5 takes
+    the marker's prefix from it.
     """
     def __init__(
         self,
@@ -271,8 +282,10 @@ class Failed(_message.Message):
     kind: Global___FailureKind.ValueType
     """Why."""
     message: _builtins.str
-    """For GUEST_ERROR and BRIDGE_REJECTION, the error text of SPEC §8.10; for
-    UNSERIALISABLE, the reason; otherwise a diagnostic for logs.
+    """For GUEST_ERROR, BRIDGE_REJECTION, SYNTAX and MEMORY, the guest's text
+    (the error text of SPEC §8.10) as a JSON string literal, since it may hold
+    lone surrogates; for UNSERIALISABLE, the reason as plain text; otherwise a
+    diagnostic for logs.
     """
     rejection_bridge_id: _builtins.str
     """For BRIDGE_REJECTION, the bridge id whose rejection escaped. The host

@@ -143,21 +143,28 @@ class Leg:
             while True:
                 self._flush(vm)
                 status = vm.status()
-                phase = status["phase"]
-                if phase == "fulfilled" and status["hostWork"] == 0:
-                    return self._end(vm, completed=pb.Completed(value_json=status["valueJson"]))
+                phase = status.get("phase")
+                host_work = status.get("hostWork")
+                if not isinstance(phase, str) or not isinstance(host_work, int | float):
+                    raise RuntimeError("the controller returned an invalid status")
+                # Guest text arrives as a JSON string literal and crosses on as one.
+                message = str(status.get("failureMessage", '""'))
+                if phase == "fulfilled" and host_work == 0:
+                    return self._end(vm, completed=pb.Completed(value_json=str(status.get("valueJson", "null"))))
                 if phase == "unserialisable":
-                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSERIALISABLE, message=status["reason"]))
+                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSERIALISABLE, message=str(status.get("reason", ""))))
+                if phase == "compile_error":
+                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_SYNTAX, message=message))
                 if phase == "rejected":
-                    failure = status["failure"]
-                    if failure["kind"] == "bridge":
-                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=failure["message"], rejection_bridge_id=failure["bridgeId"]))
-                    if failure["message"].startswith(_ENGINE_OOM):
-                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_MEMORY, message=failure["message"][:200]))
-                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=failure["message"]))
-                if phase == "pending" and status["hostWork"] == 0:
+                    if status.get("failureKind") == "bridge":
+                        bridge_id = str(status.get("failureBridgeId", ""))
+                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=message, rejection_bridge_id=bridge_id))
+                    if _json_text(message).startswith(_ENGINE_OOM):
+                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_MEMORY, message=message[:200]))
+                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=message))
+                if phase == "pending" and host_work == 0:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
-                self._send(pb.AttachRequest(idle=pb.Idle(host_work=status["hostWork"])))
+                self._send(pb.AttachRequest(idle=pb.Idle(host_work=int(host_work))))
                 msg = await self._next(responses)
                 kind = msg.WhichOneof("message")
                 if kind == "settle":
@@ -213,7 +220,8 @@ class Leg:
                 pb.OutputOmission(
                     omitted_entries=o["omittedEntries"],
                     omitted_bytes=o["omittedBytes"],
-                    first_omitted_content=o["firstOmitted"] or "",
+                    # Already a JSON string literal (lone surrogates stay escapes).
+                    first_omitted_content=str(o["firstOmitted"]),
                 )
             )
         return end
@@ -240,3 +248,12 @@ async def _amain() -> int:
 def main() -> None:
     """Entry point of ``python -m cellblock.guest``."""
     sys.exit(asyncio.run(_amain()))
+
+
+def _json_text(literal: str) -> str:
+    """Decodes a JSON string literal from the controller ("" when malformed)."""
+    try:
+        value = json.loads(literal)
+    except ValueError:
+        return ""
+    return value if isinstance(value, str) else ""

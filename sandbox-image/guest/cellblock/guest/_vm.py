@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -27,7 +28,10 @@ _WRAPPER_PREFIX = "(async function __cellblock_main() {"
 _WRAPPER_SUFFIX = "\n})"
 _SEND = "__cellblock_send"
 _OUTPUT = "__cellblock_output"
-_CTRL_GLOBAL = "__cellblock_controller_restore"
+_CTRL_GLOBAL = "__cellblock_controller_"
+#: Leads every snapshot this guest writes: magic, then the length and name of
+#: the global the controller was parked on, then the zlib-compressed VM image.
+_SNAPSHOT_MAGIC = b"CBS1"
 #: Linear memory allowed above ``memoryLimitBytes`` (static data, stack, the
 #: allocator's slack), in bytes.
 WASM_HEADROOM_BYTES = 8 * 1024 * 1024
@@ -202,13 +206,11 @@ class CellVM:
 
     def status(self) -> dict[str, Any]:
         """Returns the controller's view of the leg (phase, host work, ...)."""
-        raw = self._guard(lambda: self._controller("status").call().to_python())
-        return dict(json.loads(raw))
+        return dict(self._guard(lambda: self._controller("status").call().to_python()))
 
     def output_state(self) -> dict[str, Any]:
         """Returns the controller's output accounting for this leg."""
-        raw = self._guard(lambda: self._controller("output").call().to_python())
-        return dict(json.loads(raw))
+        return dict(self._guard(lambda: self._controller("output").call().to_python()))
 
     def snapshot(self) -> tuple[bytes, int]:
         """Serialises the whole VM memory, compressed.
@@ -217,12 +219,15 @@ class CellVM:
             ``(compressed_bytes, raw_size_in_bytes)``.
         """
         assert self._ctrl is not None
-        # The controller handle lives only in Python; park it on a global for
-        # the snapshot, so the restored heap can hand it back. No guest code
-        # runs between here and the copy, nor between restore and removal.
-        self._ctx.globals[_CTRL_GLOBAL] = self._ctrl
+        # The controller handle lives only in Python; the controller parks
+        # itself on a random-named own global for the copy, so the restored
+        # heap can hand it back. No guest code runs between here and the copy,
+        # nor between the restore and the removal.
+        name = _CTRL_GLOBAL + secrets.token_hex(16)
+        self._guard(lambda: self._controller("park").call(name))
         raw = self._ctx.create_snapshot().to_bytes()
-        return zlib.compress(raw, 6), len(raw)
+        header = _SNAPSHOT_MAGIC + bytes([len(name)]) + name.encode("ascii")
+        return header + zlib.compress(raw, 6), len(raw)
 
     def restore(self, compressed: bytes, config: dict[str, Any]) -> None:
         """Restores a snapshot made by :meth:`snapshot` and resumes the leg.
@@ -230,10 +235,15 @@ class CellVM:
         Raises:
             ValueError: The snapshot is from another engine build or malformed.
         """
-        raw = zlib.decompress(compressed)
+        if not compressed.startswith(_SNAPSHOT_MAGIC):
+            raise ValueError("not a cellblock snapshot")
+        size = compressed[len(_SNAPSHOT_MAGIC)]
+        start = len(_SNAPSHOT_MAGIC) + 1
+        name = compressed[start : start + size].decode("ascii")
+        raw = zlib.decompress(compressed[start + size :])
         self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
-        self._ctrl = self._ctx.globals.get_handle(_CTRL_GLOBAL)
-        self._ctx.eval(f"delete globalThis.{_CTRL_GLOBAL}")
+        self._ctrl = self._ctx.globals.get_handle(name)
+        self._guard(lambda: self._controller("unpark").call(name))
         self._guard(lambda: self._controller("resume").call(json.loads(json.dumps(config))))
 
     def close(self) -> None:

@@ -37,6 +37,16 @@
   const PromiseCtor = Promise;
   const promiseThen = Promise.prototype.then;
   const ErrorCtor = Error;
+  const InternalErrorCtor = typeof InternalError === "function" ? InternalError : ErrorCtor;
+  const create = O.create;
+  // Plain records the controller serialises or hands to the agent have no
+  // prototype, so a guest-defined Object.prototype.toJSON or getter never runs.
+  function record(fields) {
+    const r = create(null);
+    const keys = O.keys(fields);
+    for (let i = 0; i < keys.length; i++) r[keys[i]] = fields[keys[i]];
+    return r;
+  }
   const TypeErrorCtor = TypeError;
   const StringCtor = String;
   const NumberCtor = Number;
@@ -123,22 +133,29 @@
   }
 
   // Returns [ok, value]: ok false when nothing JSON-safe can be made.
+  // Engine failures (out of memory, internal limits) are never papered over
+  // with a String() fallback: they propagate, so a starved VM ends the run.
+  function rethrowEngineError(e) {
+    if (e instanceof InternalErrorCtor) throw e;
+  }
+
   function jsonSafe(value) {
     if (value === undefined) return [true, null];
     let text;
     try {
       text = jsonStringify(value);
     } catch (e) {
+      rethrowEngineError(e);
       text = undefined;
     }
     if (text !== undefined) {
-      try { return [true, jsonParse(text)]; } catch (e) { /* fall through */ }
+      try { return [true, jsonParse(text)]; } catch (e) { rethrowEngineError(e); }
     }
     if (value instanceof ErrorCtor) return [true, describeError(value)];
     const t = typeof value;
     if (t === "string" || t === "boolean" || value === null) return [true, value];
     if (t === "number" && isFiniteFn(value)) return [true, value];
-    try { return [true, StringCtor(value)]; } catch (e) { return [false, null]; }
+    try { return [true, StringCtor(value)]; } catch (e) { rethrowEngineError(e); return [false, null]; }
   }
 
   function renderText(value) {
@@ -181,13 +198,13 @@
   function textFn(value) {
     const t = renderText(value);
     if (t === undefined) throw new TypeErrorCtor("text could not turn its argument into JSON or text.");
-    emit({ type: "text", text: t });
+    emit(record({ type: "text", text: t }));
   }
 
   function jsonFn(value) {
     const [ok, safe] = jsonSafe(value);
     if (!ok) throw new TypeErrorCtor("json could not turn its argument into JSON or text.");
-    emit({ type: "json", value: safe });
+    emit(record({ type: "json", value: safe }));
   }
 
   function consoleLine(...args) {
@@ -196,7 +213,7 @@
       const t = renderText(args[i]);
       call(arrayPush, parts, t === undefined ? "[unrenderable]" : t);
     }
-    emit({ type: "text", text: call(arrayJoin, parts, " ") });
+    emit(record({ type: "text", text: call(arrayJoin, parts, " ") }));
   }
 
   // ---- Bridge requests (SPEC §8.2) ----------------------------------------
@@ -555,18 +572,39 @@
     return "Uncaught " + (t === undefined ? "[unrenderable value]" : t);
   }
 
+  // "<line>:<message>" of a compile error; the engine's column for early errors
+  // points at the wrapper, so only the line is kept (1-based, user's source).
+  function compileErrorText(e) {
+    const d = describeError(e);
+    let line = 1;
+    let stack = "";
+    try { stack = StringCtor(e.stack); } catch (x) { stack = ""; }
+    const m = call(regexExec, /:(\d+):-?\d+\)?\s*$/m, stack);
+    if (m) line = NumberCtor(m[1]);
+    return line + ":" + d.message;
+  }
+
   // ---- The program ------------------------------------------------------------
   const state = { phase: "idle", value: undefined, error: undefined };
 
   function onFulfilled(v) { state.phase = "fulfilled"; state.value = v; }
   function onRejected(e) { state.phase = "rejected"; state.error = e; }
 
-  return freeze({
+  const controller = freeze({
     start(source) {
       state.phase = "pending";
       let p;
+      let fn;
       try {
-        const fn = indirectEval(WRAPPER_PREFIX + source + WRAPPER_SUFFIX);
+        fn = indirectEval(WRAPPER_PREFIX + source + WRAPPER_SUFFIX);
+      } catch (e) {
+        // The engine refused the source itself (an early error the host's
+        // parser accepted): no guest code ran.
+        state.phase = "compile_error";
+        state.error = e;
+        return;
+      }
+      try {
         p = fn();
       } catch (e) {
         onRejected(e);
@@ -586,20 +624,22 @@
         entry.resolve(jsonParse(payload));
       } else {
         const err = new ErrorCtor(payload);
-        if (code) err.code = code;
+        if (code) defineProperty(err, "code", { value: code, writable: true, configurable: true, enumerable: true });
         call(weakSet, provenance, err, id);
         entry.reject(err);
       }
       return true;
     },
     // Returns the leg's state as compact JSON for the guest agent.
+    // Returns the leg's state for the guest agent as a prototype-less record of
+    // primitives (no JSON round trip the guest could influence).
     status() {
-      const s = { phase: state.phase, hostWork, pendingIds: [] };
-      pending.forEach((v, k) => call(arrayPush, s.pendingIds, k));
+      const s = record({ phase: state.phase, hostWork });
       if (timerError !== null) {
         s.phase = "rejected";
-        s.failure = { kind: "guest", message: errorText(timerError.error) };
-        return jsonStringify(s);
+        s.failureKind = "guest";
+        s.failureMessage = jsonStringify(errorText(timerError.error));
+        return s;
       }
       if (state.phase === "fulfilled") {
         const [ok, safe] = jsonSafe(state.value);
@@ -610,27 +650,30 @@
           try {
             s.valueJson = jsonStringify(safe);
           } catch (e) {
+            rethrowEngineError(e);
             s.phase = "unserialisable";
             s.reason = "the value is nested too deeply to serialise";
           }
         }
-      } else if (state.phase === "rejected") {
+      } else if (state.phase === "rejected" || state.phase === "compile_error") {
         const e = state.error;
         let bridgeId = undefined;
         if (e !== null && (typeof e === "object" || typeof e === "function")) bridgeId = call(weakGet, provenance, e);
-        s.failure = bridgeId !== undefined
-          ? { kind: "bridge", bridgeId, message: errorText(e) }
-          : { kind: "guest", message: errorText(e) };
+        s.failureKind = state.phase === "compile_error" ? "compile" : bridgeId !== undefined ? "bridge" : "guest";
+        // A JSON string literal: guest text may hold lone surrogates.
+        s.failureMessage = jsonStringify(state.phase === "compile_error" ? compileErrorText(e) : errorText(e));
+        if (bridgeId !== undefined) s.failureBridgeId = bridgeId;
       }
-      return jsonStringify(s);
+      return s;
     },
     output() {
-      return jsonStringify({
+      return record({
         spent: out.spent,
         closed: out.closed,
         omittedEntries: out.omittedEntries,
         omittedBytes: out.omittedBytes,
-        firstOmitted: out.firstOmitted,
+        // A JSON string literal: guest text may hold lone surrogates.
+        firstOmitted: jsonStringify(out.firstOmitted === null ? "" : out.firstOmitted),
       });
     },
     // Prepares the next leg after a restore: new limits and output state.
@@ -644,5 +687,15 @@
       out.omittedBytes = 0;
       out.firstOmitted = null;
     },
+    // Parks the controller on an own, random-named global property for a
+    // snapshot (defined, not assigned: no guest setter or proxy can see it).
+    park(name) {
+      defineProperty(g, name, { value: controller, writable: false, configurable: true, enumerable: false });
+    },
+    // Removes the parked property after a restore, before guest code runs.
+    unpark(name) {
+      delete g[name];
+    },
   });
+  return controller;
 })

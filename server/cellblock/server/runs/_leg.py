@@ -41,6 +41,19 @@ _NESTED = {"call", "callValue", "namespace"}
 _CHUNK = 1024 * 1024
 
 
+#: Failure kinds whose message is guest text sent as a JSON string literal.
+_GUEST_TEXT_KINDS = frozenset({bpb.FAILURE_KIND_GUEST_ERROR, bpb.FAILURE_KIND_BRIDGE_REJECTION, bpb.FAILURE_KIND_SYNTAX, bpb.FAILURE_KIND_MEMORY})
+
+
+def _guest_text(literal: str) -> str:
+    """Decodes guest text sent as a JSON string literal; malformed text is kept raw."""
+    try:
+        value = json.loads(literal)
+    except ValueError:
+        return literal
+    return value if isinstance(value, str) else literal
+
+
 def min_resume_budget_s(timeout_ms: int) -> float:
     """SPEC §2.3: ``min(250, max(1, floor(timeoutMs / 2)))`` ms, in seconds."""
     return min(250, max(1, timeout_ms // 2)) / 1000.0
@@ -611,7 +624,11 @@ class Leg:
     async def _on_end(self, end: bpb.LegEnd, snapshot_parts: list[bytes], loop: asyncio.AbstractEventLoop) -> LegOutcome:
         run = self.run_
         if end.HasField("omission"):
-            run.budget.record_omitted(end.omission.omitted_entries, end.omission.omitted_bytes, end.omission.first_omitted_content)
+            try:
+                first = json.loads(end.omission.first_omitted_content or '""')
+            except ValueError:
+                first = ""
+            run.budget.record_omitted(end.omission.omitted_entries, end.omission.omitted_bytes, first if isinstance(first, str) else "")
         which = end.WhichOneof("outcome")
         if which == "completed":
             try:
@@ -643,16 +660,17 @@ class Leg:
             self._abandon_dispatched()
             f = end.failed
             kind = f.kind
+            text = _guest_text(f.message) if kind in _GUEST_TEXT_KINDS else f.message
             if kind == bpb.FAILURE_KIND_GUEST_ERROR:
-                self._log.warning("guest.failed", **error_head(f.message))
-                return failed("internal_error", f.message, phase="guest")
+                self._log.warning("guest.failed", **error_head(text))
+                return failed("internal_error", text, phase="guest")
             if kind == bpb.FAILURE_KIND_BRIDGE_REJECTION:
                 provenance = run.provenance.get(f.rejection_bridge_id)
                 if provenance is None:
                     # Not a rejection the host delivered: a guest-made error.
-                    self._log.warning("guest.failed", **error_head(f.message))
-                    return failed("internal_error", f.message, phase="guest")
-                return failed("invalid_input" if provenance == "input" else "internal_error", f.message, phase="bridge")
+                    self._log.warning("guest.failed", **error_head(text))
+                    return failed("internal_error", text, phase="guest")
+                return failed("invalid_input" if provenance == "input" else "internal_error", text, phase="bridge")
             if kind == bpb.FAILURE_KIND_UNSETTLEABLE:
                 self._log.warning("guest.unsettleable")
                 return failed("internal_error", msg.R04, phase="guest")
@@ -665,6 +683,12 @@ class Leg:
             if kind == bpb.FAILURE_KIND_INTERRUPTED:
                 self._log.warning("cell.interrupted_at_deadline")
                 return failed("timeout", msg.r05(run.limits.timeout_ms))
+            if kind == bpb.FAILURE_KIND_SYNTAX:
+                # The engine refused the source before it ran: report it like
+                # source preparation would (S02); its column is not reliable.
+                line_text, _, engine_message = text.partition(":")
+                line = int(line_text) if line_text.isdigit() else 1
+                return failed("invalid_input", msg.s02(line, 1, engine_message), phase="input")
             if kind == bpb.FAILURE_KIND_UNSERIALISABLE:
                 return failed("output_limit_exceeded", msg.r15(f.message))
         self._log.error("bridge.invalid_end")
