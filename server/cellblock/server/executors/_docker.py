@@ -22,6 +22,8 @@ from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Exe
 
 #: uid:gid of the cell user baked into the image (sandbox-image/Dockerfile).
 CELL_UID = 65532
+#: Stopped cells older than this are orphans of a dead service (Docker duration).
+ORPHAN_AGE = "10m"
 #: Threads for Docker API calls, and for cells' exit waiters (one per live cell).
 API_THREADS = 8
 WAIT_THREADS = 256
@@ -202,10 +204,11 @@ class DockerExecutor(Executor):
             # name (another `make image`) never switches a running service to
             # another guest build.
             self._image_ref = str(image.id)
-            # Cells left stopped by a service that died are removed here;
-            # running ones belong to live services and are left alone.
+            # Cells left stopped by a service that died are removed here. Only
+            # those older than a few minutes: a live service may have created a
+            # cell it has not started yet, and running ones are never touched.
             try:
-                client.containers.prune(filters={"label": CELL_LABEL})
+                client.containers.prune(filters={"label": CELL_LABEL, "until": ORPHAN_AGE})
             except docker.errors.APIError:
                 pass
 
@@ -246,8 +249,9 @@ class DockerExecutor(Executor):
 
     def list_cell_containers(self) -> list[str]:
         """Returns the names of every cell container this executor started and still exists."""
-        found = self._docker().containers.list(all=True, filters={"label": f"{INSTANCE_LABEL}={self.instance_id}"})
-        return [c.name for c in found]
+        # Sparse listing: no per-container inspect that races with removals.
+        found = self._docker().containers.list(all=True, sparse=True, filters={"label": f"{INSTANCE_LABEL}={self.instance_id}"})
+        return [str(c.attrs.get("Names", ["?"])[0]).lstrip("/") for c in found]
 
     async def close(self) -> None:
         if self._client is not None:
@@ -258,5 +262,10 @@ class DockerExecutor(Executor):
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
-    return text[:200]
+    """A short reason for [R11] without engine URLs or ids."""
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    explanation = getattr(exc, "explanation", None)
+    if explanation:
+        text = str(explanation).strip().splitlines()[0]
+        return (f"HTTP {status}: " if status else "") + text[:160]
+    return exc.__class__.__name__ + (f" (HTTP {status})" if status else "")

@@ -25,7 +25,7 @@ from cellblock.server.bridge import CellBridge
 from cellblock.server.executors import Cell, CellSpec, CellStartError, Executor
 from cellblock.server.logging import error_head
 from cellblock.server.runs import _messages as msg
-from cellblock.server.runs._output import compact_json
+from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import BridgeReplyError, LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.snapshots import SnapshotStore
@@ -105,12 +105,20 @@ def record_tool_outcome(run: Run, ports: LegPorts, outcome: ToolOutcome, inbox_b
         return None
     try:
         value = ports.project_result(p, outcome, inbox_bytes)
+    except RecursionError:
+        end_tool_call(run, p.nested_call_id, "error", "too_deep")
+        reject(run, p, msg.not_json(p.entry["entry"].id if p.entry else p.method), "internal", "", now)
+        return p
     except BridgeReplyError as exc:
         end_tool_call(run, p.nested_call_id, "error", outcome.error_kind if outcome.ok_json is None else f"refused_{exc.provenance}")
         reject(run, p, exc.message, exc.provenance, exc.code or "", now)
         return p
     end_tool_call(run, p.nested_call_id, "ok")
-    p.result = (True, compact_json(value), "")
+    try:
+        p.result = (True, compact_json(value), "")
+    except NotSerializableError:
+        reject(run, p, msg.not_json(p.entry["entry"].id if p.entry else p.method), "internal", "", now)
+        return p
     p.settled_at = now
     return p
 

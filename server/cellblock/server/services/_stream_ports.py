@@ -161,7 +161,7 @@ class StreamPorts(LegPorts):
             raise BridgeReplyError(msg.b12(label, size, inbox_bytes), "internal")
         try:
             result = json.loads(outcome.ok_json)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise BridgeReplyError(msg.not_json(label), "internal") from None
         self.view.check_output(entry, result)
         if request.method == "call":
