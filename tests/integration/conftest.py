@@ -69,3 +69,4 @@ _counter = iter(range(1, 1_000_000))
 def scope() -> Scope:
     n = next(_counter)
     return Scope(session_id=f"sess-{os.getpid()}-{n}", agent_run_id=f"agent-{n}")
+

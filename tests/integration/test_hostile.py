@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
+from tests.support.cells import leg_cells
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -299,15 +300,15 @@ async def test_client_disconnect_mid_exec_aborts_and_removes_the_cell(client: Ce
     await client.put_catalog(scope, TOOLS)
     task = asyncio.ensure_future(client.exec(scope, tool_call_id="gone", code="while (true) {}", handlers={}, limits=LimitOverrides(timeout_ms=30000)))
     await asyncio.sleep(2.0)
-    assert service.executor.list_cell_containers(), "the cell should be running"
+    assert leg_cells(service), "the cell should be running"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     for _ in range(50):
-        if not service.executor.list_cell_containers():
+        if not leg_cells(service):
             break
         await asyncio.sleep(0.2)
-    assert service.executor.list_cell_containers() == []
+    assert leg_cells(service) == []
     await _still_serves(client, scope)
 
 
@@ -334,7 +335,7 @@ async def test_twenty_hostile_programs_at_once_leave_the_service_healthy(client:
     started = time.monotonic()
     await _still_serves(client, scope)
     assert time.monotonic() - started < 2.0
-    assert service.executor.list_cell_containers() == []
+    assert leg_cells(service) == []
     current = _rss_kib()
     assert current - rss_before < 50 * 1024, f"server memory grew by {(current - rss_before) // 1024} MiB"
 

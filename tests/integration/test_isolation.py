@@ -16,6 +16,7 @@ import docker
 import pytest
 
 from cellblock.server.executors import CellSpec, DockerExecutorConfig, container_options
+from tests.support.cells import leg_cells
 
 PROBE = r"""
 import json, os, socket
@@ -103,7 +104,7 @@ async def test_the_cell_of_a_real_exec_is_locked_down(client: Any, scope: Any, s
         task = asyncio.ensure_future(client.exec(scope, tool_call_id="inspect", code="while (true) {}", handlers={}, limits=LimitOverrides(timeout_ms=6000)))
         names: list[str] = []
         for _ in range(50):
-            names = service.executor.list_cell_containers()
+            names = leg_cells(service)
             if names:
                 break
             await asyncio.sleep(0.1)

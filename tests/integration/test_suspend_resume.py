@@ -11,6 +11,7 @@ import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import Service
+from tests.support.cells import leg_cells
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -54,7 +55,7 @@ async def _catalog(client: CellblockClient, scope: Scope) -> None:
 
 
 def _cells(service: Service) -> list[str]:
-    return service.executor.list_cell_containers()  # type: ignore[attr-defined]
+    return leg_cells(service)
 
 
 async def test_late_result_suspends_without_a_cell_and_wait_completes(client: CellblockClient, scope: Scope, service: Service) -> None:

@@ -22,7 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.executors import DockerExecutor, DockerExecutorConfig, Executor, ProcessExecutor
+from cellblock.server.executors import DockerExecutor, DockerExecutorConfig, Executor, ProcessExecutor, WarmPool
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.runs import Runner, RunRegistry
@@ -53,6 +53,8 @@ class ServerSettings:
             (``CELLBLOCK_CODE_MODE``), e.g. ``{"enabled": true, "timeoutMs": 5000}``.
         max_concurrent_legs: Most legs (cells) running at once
             (``CELLBLOCK_MAX_CONCURRENT_LEGS``).
+        warm_pool: Cells kept started and attached ahead of legs, with the
+            docker executor (``CELLBLOCK_WARM_POOL``, 0 disables).
         socket_dir: Host directory for per-cell bridge sockets
             (``CELLBLOCK_SOCKET_DIR``).
         traces: Span exporter (``CELLBLOCK_TRACES``): ``otlp`` (endpoint from
@@ -72,6 +74,7 @@ class ServerSettings:
     oci_runtime: str | None = None
     code_mode: dict[str, object] = field(default_factory=dict)
     max_concurrent_legs: int = 16
+    warm_pool: int = 2
     socket_dir: str = field(default_factory=lambda: os.path.join(tempfile.gettempdir(), "cellblock-cells"))
     traces: str = "none"
     metrics: str = "none"
@@ -96,6 +99,7 @@ class ServerSettings:
             oci_runtime=env.get("CELLBLOCK_OCI_RUNTIME") or None,
             code_mode=code_mode if isinstance(code_mode, dict) else {"enabled": code_mode},
             max_concurrent_legs=int(env.get("CELLBLOCK_MAX_CONCURRENT_LEGS", base.max_concurrent_legs)),
+            warm_pool=int(env.get("CELLBLOCK_WARM_POOL", base.warm_pool)),
             socket_dir=env.get("CELLBLOCK_SOCKET_DIR", base.socket_dir),
             traces=env.get("CELLBLOCK_TRACES", base.traces),
             metrics=env.get("CELLBLOCK_METRICS", base.metrics),
@@ -135,6 +139,7 @@ class Service:
     state: ServiceState
     health: health.aio.HealthServicer
     sweeper: asyncio.Task[None] | None = None
+    pool: WarmPool | None = None
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stops accepting RPCs, aborts running legs (removing their cells), ends the server and shuts hosted MCP sessions down."""
@@ -142,6 +147,8 @@ class Service:
             self.sweeper.cancel()
         await self.health.enter_graceful_shutdown()
         await self.state.abort_all(timeout=grace + 5.0)
+        if self.pool is not None:
+            await self.pool.close()
         await self.server.stop(grace)
         await self.executor.close()
         if self.state.mcp_hub is not None:
@@ -162,7 +169,10 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     if settings.mcp_servers:
         state.mcp_hub = McpHub(settings.mcp_servers)
         await state.mcp_hub.start()
-    runner = Runner(config, executor, registry, settings.socket_dir)
+    # The pool holds cells sized for the configured memory limit; only the
+    # docker executor pools (the process executor is for development).
+    pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes) if executor.name == "docker" and settings.warm_pool > 0 else None
+    runner = Runner(config, executor, registry, settings.socket_dir, pool)
     observe_registry(registry)
     server = grpc.aio.server(
         interceptors=server_interceptors(),
@@ -191,6 +201,9 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("server.started", address=address, executor=executor.name)
     service = Service(server, address, executor, registry, state, health_servicer)
+    service.pool = pool
+    if pool is not None:
+        pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
     return service
 

@@ -2,6 +2,7 @@
 
 from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Executor
 from cellblock.server.executors._docker import DockerExecutor, DockerExecutorConfig, container_options
+from cellblock.server.executors._pool import WarmCell, WarmPool
 from cellblock.server.executors._process import ProcessExecutor
 
 __all__ = [
@@ -12,5 +13,7 @@ __all__ = [
     "DockerExecutorConfig",
     "Executor",
     "ProcessExecutor",
+    "WarmCell",
+    "WarmPool",
     "container_options",
 ]

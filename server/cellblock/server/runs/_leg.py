@@ -22,7 +22,7 @@ import structlog
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server.bridge import CellBridge
-from cellblock.server.executors import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.executors import Cell, CellSpec, CellStartError, Executor, WarmPool
 from cellblock.server.logging import error_head
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._output import NotSerializableError, compact_json
@@ -239,6 +239,7 @@ class Leg:
         source: str | None,
         reserve_slot: Callable[[Run], bool],
         snapshots: SnapshotStore,
+        pool: WarmPool | None = None,
     ) -> None:
         self.run_ = run
         self.executor = executor
@@ -248,6 +249,7 @@ class Leg:
         self.source = source
         self._reserve_slot = reserve_slot
         self._snapshots = snapshots
+        self.pool = pool
         self._events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[Any]] = []
         self._bridge: CellBridge | None = None
@@ -272,21 +274,27 @@ class Leg:
         loop = asyncio.get_running_loop()
         run = self.run_
         run.legs += 1
-        cell_id = "cell_" + secrets.token_hex(8)
+        # A warm cell (started and attached ahead of time) when the pool has
+        # one of this size; otherwise a fresh cell. Either serves this leg only.
+        warm = self.pool.acquire(run.limits.memory_limit_bytes) if self.pool is not None else None
+        cell_id = warm.cell.cell_id if warm is not None else "cell_" + secrets.token_hex(8)
         self._log = self._log.bind(cell_id=cell_id)
         structlog.contextvars.bind_contextvars(cell_id=cell_id)
         self.trace.acquiring(cell_id)
         try:
-            try:
-                self._bridge = await CellBridge.open(self.socket_base, socket_uid=self.executor.cell_uid)
-            except OSError as exc:
-                return failed("runtime_unavailable", msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
-            spec = CellSpec(cell_id=cell_id, bridge_dir=self._bridge.directory, cell_token=self._bridge.token, memory_limit_bytes=run.limits.memory_limit_bytes)
-            try:
-                self._cell = await self.executor.start(spec)
-            except CellStartError as exc:
-                self._log.error("cell.start_failed", reason=str(exc))
-                return failed("runtime_unavailable", msg.r11(str(exc)))
+            if warm is not None:
+                self._bridge, self._cell = warm.bridge, warm.cell
+            else:
+                try:
+                    self._bridge = await CellBridge.open(self.socket_base, socket_uid=self.executor.cell_uid)
+                except OSError as exc:
+                    return failed("runtime_unavailable", msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
+                spec = CellSpec(cell_id=cell_id, bridge_dir=self._bridge.directory, cell_token=self._bridge.token, memory_limit_bytes=run.limits.memory_limit_bytes)
+                try:
+                    self._cell = await self.executor.start(spec)
+                except CellStartError as exc:
+                    self._log.error("cell.start_failed", reason=str(exc))
+                    return failed("runtime_unavailable", msg.r11(str(exc)))
             self._log.debug("cell.started", runtime_id=self._cell.runtime_id)
             self.trace.started(self._cell.runtime_id)
             outcome = await self._attach_and_drive(loop, cell_id)

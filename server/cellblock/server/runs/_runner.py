@@ -15,7 +15,7 @@ from typing import Any
 import structlog
 
 from cellblock.server.config import CodeModeConfig, Limits
-from cellblock.server.executors import Executor
+from cellblock.server.executors import Executor, WarmPool
 from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._input import InputFailure, validate_exec, validate_wait
 from cellblock.server.runs._leg import Leg, LegOutcome, dispatch_request, failed, record_tool_outcome, reply_inbox_bytes
@@ -67,8 +67,9 @@ class Runner:
         socket_base: Host directory for per-cell bridge socket directories.
     """
 
-    def __init__(self, config: CodeModeConfig, executor: Executor, registry: RunRegistry, socket_base: str) -> None:
+    def __init__(self, config: CodeModeConfig, executor: Executor, registry: RunRegistry, socket_base: str, pool: WarmPool | None = None) -> None:
         self.config = config
+        self.pool = pool
         self.executor = executor
         self.registry = registry
         self.socket_base = socket_base
@@ -248,6 +249,7 @@ class Runner:
             source=source,
             reserve_slot=self.registry.reserve_slot,
             snapshots=self.registry.store,
+            pool=self.pool,
         )
         started = time.monotonic()
         try:

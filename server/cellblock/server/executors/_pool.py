@@ -1,0 +1,161 @@
+"""A warm pool of started, locked-down cells that already attached to their bridge.
+
+Starting a container and its guest agent takes most of a leg's fixed cost
+(DESIGN.md §2 step 3). The pool keeps a few cells ready: each is a normal cell
+(same image, same lockdown, its own socket and one-time token) whose agent has
+authenticated and waits for its ``start`` message. A leg takes one, uses it
+once and destroys it, exactly like a fresh cell, so no cell ever sees two
+runs. The pool refills in the background; when it is empty a leg starts a
+fresh cell as before (the pool never changes isolation, only latency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from dataclasses import dataclass, field
+
+import structlog
+
+from cellblock.server.bridge import CellBridge
+from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Executor
+
+log = structlog.get_logger("cellblock.pool")
+
+#: Seconds a warm cell may wait before it is replaced (its agent gives up
+#: waiting for ``start`` after about 90 s).
+MAX_IDLE_S = 60.0
+#: Seconds one cell may take to start and attach before the pool gives up on it.
+ATTACH_TIMEOUT_S = 30.0
+
+
+@dataclass
+class WarmCell:
+    """A ready cell and its attached bridge."""
+
+    bridge: CellBridge
+    cell: Cell
+    memory_limit_bytes: int
+    ready_at: float = field(default_factory=time.monotonic)
+
+    async def destroy(self) -> None:
+        """Removes the container and the socket directory."""
+        with contextlib.suppress(Exception):
+            await self.cell.remove()
+        await self.bridge.close()
+
+
+class WarmPool:
+    """Keeps ``size`` cells of one memory limit ready.
+
+    Args:
+        executor: Starts the cells.
+        socket_base: Host directory for the cells' socket directories.
+        size: Cells kept ready (0 disables the pool).
+        memory_limit_bytes: The engine limit the pooled containers are sized
+            for; legs with another limit start a fresh cell.
+    """
+
+    def __init__(self, executor: Executor, socket_base: str, *, size: int, memory_limit_bytes: int) -> None:
+        self._executor = executor
+        self._socket_base = socket_base
+        self.size = size
+        self.memory_limit_bytes = memory_limit_bytes
+        self._ready: list[WarmCell] = []
+        self._starting = 0
+        self._closed = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._starters: set[asyncio.Task[None]] = set()
+        self._owned: set[str] = set()
+        #: Cells handed to legs, and legs that found the pool empty.
+        self.hits = 0
+        self.misses = 0
+
+    def start(self) -> None:
+        """Starts the background refill."""
+        if self.size > 0 and self._task is None:
+            self._task = asyncio.ensure_future(self._refill_forever())
+
+    def acquire(self, memory_limit_bytes: int) -> WarmCell | None:
+        """Takes a ready cell sized for ``memory_limit_bytes``, or ``None``."""
+        if self._closed or memory_limit_bytes != self.memory_limit_bytes:
+            return None
+        now = time.monotonic()
+        while self._ready:
+            warm = self._ready.pop(0)
+            if now - warm.ready_at < MAX_IDLE_S and not warm.bridge.inbox.qsize():
+                self._owned.discard(warm.cell.cell_id)
+                self.hits += 1
+                self._wake.set()
+                return warm
+            asyncio.ensure_future(self._drop(warm))
+        self.misses += 1
+        self._wake.set()
+        return None
+
+    def idle_container_names(self) -> set[str]:
+        """Containers the pool owns (starting or ready), not serving any leg."""
+        return {f"cellblock-{cell_id}" for cell_id in self._owned}
+
+    async def _drop(self, warm: WarmCell) -> None:
+        self._owned.discard(warm.cell.cell_id)
+        await warm.destroy()
+
+    async def _refill_forever(self) -> None:
+        while not self._closed:
+            now = time.monotonic()
+            for warm in [w for w in self._ready if now - w.ready_at >= MAX_IDLE_S]:
+                self._ready.remove(warm)
+                await self._drop(warm)
+            missing = self.size - len(self._ready) - self._starting
+            for _ in range(max(0, missing)):
+                self._starting += 1
+                task = asyncio.ensure_future(self._start_one())
+                self._starters.add(task)
+                task.add_done_callback(self._starters.discard)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=5.0)
+
+    async def _start_one(self) -> None:
+        warm: WarmCell | None = None
+        try:
+            bridge = await CellBridge.open(self._socket_base, socket_uid=self._executor.cell_uid)
+            spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=self.memory_limit_bytes)
+            self._owned.add(spec.cell_id)
+            try:
+                cell = await self._executor.start(spec)
+            except BaseException:
+                self._owned.discard(spec.cell_id)
+                await bridge.close()
+                raise
+            warm = WarmCell(bridge, cell, self.memory_limit_bytes)
+            await asyncio.wait_for(bridge.attached.wait(), timeout=ATTACH_TIMEOUT_S)
+            warm.ready_at = time.monotonic()
+            if self._closed:
+                await self._drop(warm)
+                return
+            self._ready.append(warm)
+        except (CellStartError, OSError, TimeoutError) as exc:
+            log.error("pool.cell_failed", reason=str(exc)[:200])
+            if warm is not None:
+                await self._drop(warm)
+            await asyncio.sleep(1.0)  # back off; legs still start fresh cells
+        finally:
+            self._starting -= 1
+
+    async def close(self) -> None:
+        """Stops refilling and destroys every ready or starting cell."""
+        self._closed = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        # Cells still starting see the flag and destroy themselves.
+        await asyncio.gather(*list(self._starters), return_exceptions=True)
+        ready, self._ready = self._ready, []
+        await asyncio.gather(*(self._drop(w) for w in ready), return_exceptions=True)
