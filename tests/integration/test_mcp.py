@@ -313,3 +313,13 @@ async def test_hosted_call_settles_across_waits(mcp_client: CellblockClient, sco
     assert result.status == "completed", result.raw_json
     assert result.value["types"] == ["text"] and "3" in result.value["text"]
     assert result.telemetry.call_count == 1
+
+
+async def test_caller_cannot_shadow_a_hosted_server(mcp_client: CellblockClient, scope: Scope) -> None:
+    from cellblock.client import InvalidArgumentError
+
+    shadow = Tool(source="mcp", owner="time", name="get_current_time", description="CALLER VERSION")
+    with pytest.raises(InvalidArgumentError, match="owner 'time' is an MCP server hosted by this cellblock service"):
+        await mcp_client.put_catalog(scope, [Tool(source="host", name="noop"), shadow])
+    with pytest.raises(InvalidArgumentError, match="tool 0: owner 'time'"):
+        await mcp_client.put_catalog(scope, [shadow], mode="merge")

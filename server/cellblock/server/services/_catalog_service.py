@@ -62,9 +62,20 @@ def tool_to_dict(index: int, tool: pb.Tool) -> dict[str, Any]:
 
 
 def _hosted_tools(state: ServiceState, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The hosted MCP entries to add to a new catalog session, minus ids the caller registers itself."""
-    own = {(t.get("owner", "").strip(), t.get("name")) for t in tools if t.get("source") == "mcp" and isinstance(t.get("owner"), str)}
-    return [t for t in state.hosted_tools() if (t["owner"], t["name"]) not in own]
+    """The hosted MCP entries to add to a new catalog session.
+
+    Raises:
+        CatalogRegistrationError: The caller registers an ``mcp`` tool under the
+            name of a server cellblock hosts itself; calls to that server go to
+            the hosted server, so the caller's copy would describe another tool.
+    """
+    hosted = state.hosted_tools()
+    servers = {t["owner"] for t in hosted}
+    for index, tool in enumerate(tools):
+        owner = tool.get("owner")
+        if tool.get("source") == "mcp" and isinstance(owner, str) and owner.strip() in servers:
+            raise CatalogRegistrationError(index, f"owner {owner.strip()!r} is an MCP server hosted by this cellblock service; its tools join every catalog by themselves")
+    return hosted
 
 
 def _catalog_message(scope: tuple[str, str], catalog: ScopeCatalog) -> pb.Catalog:
@@ -122,10 +133,11 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         try:
             tools = [tool_to_dict(i, t) for i, t in enumerate(request.tools)]
             target = existing if (existing is not None and merge) else ScopeCatalog(self._state.config)
+            hosted = _hosted_tools(self._state, tools)
             if target is not existing:
                 # A new catalog session gets the hosted MCP servers' entries (SPEC §3.2 item 7),
                 # after the caller's tools so registration errors keep the caller's indexes.
-                tools += _hosted_tools(self._state, tools)
+                tools += hosted
             if existing is not None and not merge:
                 # A replace keeps the catalog object only if registration succeeds.
                 target = ScopeCatalog(self._state.config)
