@@ -2,7 +2,8 @@
 
 Rows:
 - ``cellblock exec (trivial)``: a full Exec RPC of ``return 1`` through a real
-  service with the Docker executor (cell start, bridge attach, VM, teardown).
+  service with the Docker executor and its default warm pool (a pooled cell when
+  one is ready, else a fresh one; VM, bridge, teardown).
 - ``cellblock exec (10 nested calls)``: the same with ten sequential nested
   calls answered by a Python handler over the Exec stream.
 - ``bare docker run --rm``: ``docker run --rm`` of the same cell image running
