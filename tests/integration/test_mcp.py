@@ -323,3 +323,30 @@ async def test_caller_cannot_shadow_a_hosted_server(mcp_client: CellblockClient,
         await mcp_client.put_catalog(scope, [Tool(source="host", name="noop"), shadow])
     with pytest.raises(InvalidArgumentError, match="tool 0: owner 'time'"):
         await mcp_client.put_catalog(scope, [shadow], mode="merge")
+
+
+async def test_hosted_mcp_client_spans_nest_under_their_tool_call(mcp_client: CellblockClient, scope: Scope) -> None:
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = otel_trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        otel_trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        await mcp_client.put_catalog(scope, [Tool(source="host", name="noop")])
+        result = await mcp_client.exec(scope, tool_call_id="span-nest", code='return (await MCP.time.getCurrentTime({timezone: "UTC"})).isError ?? false;', handlers={})
+        assert result.status == "completed", result.raw_json
+        await asyncio.sleep(0.2)
+        spans = exporter.get_finished_spans()
+        tool_calls = {s.context.span_id: s for s in spans if s.name == "bridge.tool_call" and s.context.trace_id == int(result.trace_id, 16)}
+        assert tool_calls, [s.name for s in spans]
+        sdk_spans = [s for s in spans if s.context.trace_id == int(result.trace_id, 16) and "tools/call" in s.name]
+        assert sdk_spans, "the MCP SDK emitted no span for the hosted call"
+        assert all(s.parent is not None and s.parent.span_id in tool_calls for s in sdk_spans), [(s.name, s.parent) for s in sdk_spans]
+    finally:
+        exporter.shutdown()

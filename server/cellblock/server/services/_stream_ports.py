@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 import structlog
+from opentelemetry import trace
 
 from cellblock.server.catalog import _messages as bmsg
 from cellblock.server.catalog._errors import BridgeReplyError
@@ -133,14 +135,18 @@ class StreamPorts(LegPorts):
             if settled is not None and self._poke is not None:
                 self._poke(run.run_id, settled.bridge_id)
 
-        self.hosted.start_call(
-            entry,
-            request.entry["input"],
-            nested_call_id=request.nested_call_id,
-            run_id=run.run_id,
-            parent_tool_call_id=run.tool_call_id,
-            on_done=done,
-        )
+        # The call's task starts inside its `bridge.tool_call` span, so the MCP
+        # SDK's own client spans nest under the nested call that caused them.
+        held = run.tool_spans.get(request.nested_call_id)
+        with trace.use_span(held[0], end_on_exit=False) if held is not None else contextlib.nullcontext():
+            self.hosted.start_call(
+                entry,
+                request.entry["input"],
+                nested_call_id=request.nested_call_id,
+                run_id=run.run_id,
+                parent_tool_call_id=run.tool_call_id,
+                on_done=done,
+            )
 
     def project_result(self, request: PendingRequest, outcome: ToolOutcome, inbox_bytes: int) -> Any:
         assert request.entry is not None
