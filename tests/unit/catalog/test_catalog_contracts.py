@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogEntry, check_input_contract, check_output_contract
+from cellblock.server.catalog._errors import CatalogRegistrationError
 
 PARAMETERS = {
     "type": "object",
@@ -112,6 +113,27 @@ def test_output_nullable_details() -> None:
     check_output_contract(entry(output={"type": "object", "nullable": True}), {"details": None})
 
 
-def test_unresolvable_reference_is_reported_not_raised() -> None:
-    target = entry({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}})
-    assert input_problem({"a": 1}, target) == "/: the parameters schema could not be evaluated for this input"
+def test_unresolvable_reference_is_refused_at_registration() -> None:
+    # A trusted schema that could never be evaluated is refused when registered (issue #5),
+    # rather than failing every later call; remote references are never fetched.
+    with pytest.raises(CatalogRegistrationError, match=r'tool 0: parameters is not a valid JSON Schema: \$ref "https://example.invalid/s.json" does not resolve'):
+        entry({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}})
+
+
+@pytest.mark.parametrize(
+    ("schema", "refused"),
+    [
+        ({"$ref": "#/defs/nope"}, True),
+        ({"$ref": "http://example.com/remote.json"}, True),
+        ({"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}, False),
+        ({"type": "object", "properties": {"child": {"$ref": "#"}}}, False),
+    ],
+)
+def test_unresolvable_refs_are_refused_at_registration(schema: dict, refused: bool) -> None:
+    from cellblock.server.catalog._contracts import compile_schema
+
+    if refused:
+        with pytest.raises(ValueError, match="does not resolve inside the schema"):
+            compile_schema(schema, "outputSchema")
+    else:
+        compile_schema(schema, "outputSchema")

@@ -87,7 +87,39 @@ def compile_schema(schema: object, field: str) -> Validator:
     if problem is not None:
         raise ValueError(f"{field} is not a valid JSON Schema: {problem}")
     validator: Validator = cls(schema)
+    ref_problem = _unresolvable_ref(validator, schema)
+    if ref_problem is not None:
+        raise ValueError(f"{field} is not a valid JSON Schema: {ref_problem}")
     return validator
+
+
+def _refs(node: object) -> Iterator[str]:
+    """Yields every ``$ref`` string in a schema, depth first."""
+    if isinstance(node, Mapping):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            yield ref
+        for value in node.values():
+            yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def _unresolvable_ref(validator: Any, schema: object) -> str | None:
+    """Returns why a ``$ref`` cannot be resolved inside the schema, or ``None``.
+
+    References resolve only within the registered schema (and the metaschemas
+    jsonschema ships); cellblock never fetches a remote schema, so such a
+    reference would fail every call and is refused at registration instead.
+    """
+    resolver = validator._resolver  # jsonschema 4.26: the referencing resolver of this schema
+    for ref in _refs(schema):
+        try:
+            resolver.lookup(ref)
+        except Exception:  # noqa: BLE001 - any lookup failure (unresolvable, remote) refuses the schema
+            return f"$ref {compact_json(ref)[:200]} does not resolve inside the schema"
+    return None
 
 
 # Checking a schema against its metaschema costs about a millisecond; runtimes re-register the
