@@ -1,4 +1,6 @@
-"""The snapshot store interface and its in-memory default."""
+"""The snapshot store interface and its in-memory default; stale cell leftovers."""
+
+from pathlib import Path
 
 from cellblock.server.runs import RunRegistry
 from cellblock.server.snapshots import InMemorySnapshotStore
@@ -22,3 +24,19 @@ def test_registry_uses_the_store_it_is_given() -> None:
     registry = RunRegistry(store=store)
     assert registry.store is store
     assert RunRegistry().store is not store
+
+
+def test_stale_cell_socket_directories_are_removed_and_fresh_ones_kept(tmp_path: Path) -> None:
+    import os
+    import time
+
+    from cellblock.server.app import STALE_SOCKET_DIR_S, _remove_stale_socket_dirs
+
+    stale, fresh, other = tmp_path / "cell-old", tmp_path / "cell-new", tmp_path / "keep-me"
+    for d in (stale, fresh, other):
+        d.mkdir()
+    old = time.time() - STALE_SOCKET_DIR_S - 5
+    os.utime(stale, (old, old))
+    os.utime(other, (old, old))
+    _remove_stale_socket_dirs(str(tmp_path))
+    assert not stale.exists() and fresh.exists() and other.exists()

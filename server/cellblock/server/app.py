@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -200,12 +202,34 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("server.started", address=address, executor=executor.name)
+    _remove_stale_socket_dirs(settings.socket_dir)
     service = Service(server, address, executor, registry, state, health_servicer)
     service.pool = pool
     if pool is not None:
         pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
     return service
+
+
+#: Socket directories older than this belong to cells of a service that died
+#: (a live cell lives at most a leg, about a minute; a pooled one 90 s).
+STALE_SOCKET_DIR_S = 600.0
+
+
+def _remove_stale_socket_dirs(base: str) -> None:
+    """Removes ``cell-*`` socket directories left by a service that was killed."""
+    now = time.time()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            if name.startswith("cell-") and now - os.stat(path).st_mtime > STALE_SOCKET_DIR_S:
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 #: Seconds between sweeps of expired suspended runs (they are also swept at
