@@ -178,6 +178,12 @@ def _render_union(schema: Mapping[str, Any], depth: int, limits: HintLimits) -> 
             return Hint(union, True)
     if len(variants) > STRUCTURAL_UNION_MAX_VARIANTS:
         return _UNKNOWN
+    return _union_of(variants, depth, limits)
+
+
+def _union_of(variants: Any, depth: int, limits: HintLimits) -> Hint:
+    """Renders each variant at ``depth + 1``: any incomplete gives ``unknown``;
+    else the distinct texts in order joined by `` | `` (SPEC §7.4 rules 4 and 7)."""
     texts: list[str] = []
     for variant in variants:
         hint = render_hint(variant, depth + 1, limits)
@@ -195,16 +201,7 @@ def _render_type(schema: Mapping[str, Any], depth: int, limits: HintLimits) -> H
             return _UNKNOWN
         if not all(isinstance(member, str) for member in declared):
             return _UNKNOWN
-        texts: list[str] = []
-        for member in declared:
-            variant = dict(schema)
-            variant["type"] = member
-            hint = render_hint(variant, depth + 1, limits)
-            if not hint.complete:
-                return _UNKNOWN
-            if hint.text not in texts:
-                texts.append(hint.text)
-        return Hint(" | ".join(texts), True)
+        return _union_of(({**schema, "type": member} for member in declared), depth, limits)
     if declared in ("integer", "number"):
         return Hint("number", True)
     if declared in ("string", "boolean", "null"):
