@@ -18,7 +18,7 @@ import pytest_asyncio
 
 from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, Service, start_service
-from cellblock.server.executors import DockerExecutor
+from cellblock.server.cells import DockerExecutor
 
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
 

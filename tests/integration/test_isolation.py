@@ -15,7 +15,7 @@ from typing import Any
 import docker
 import pytest
 
-from cellblock.server.executors import CellSpec, DockerExecutorConfig, container_options
+from cellblock.server.cells import CellSpec, DockerExecutorConfig, container_options
 from tests.support.cells import leg_cells
 
 PROBE = r"""
@@ -84,7 +84,7 @@ def test_container_options_lock_everything_down() -> None:
 def test_missing_oci_runtime_fails_closed(runtime: str) -> None:
     import asyncio
 
-    from cellblock.server.executors import CellStartError, DockerExecutor
+    from cellblock.server.cells import CellStartError, DockerExecutor
 
     executor = DockerExecutor(DockerExecutorConfig(runtime=runtime))
     with pytest.raises(CellStartError, match="not configured"):

@@ -32,7 +32,7 @@ from mcp import Client, StdioServerParameters
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
-from cellblock.server.executors import DockerExecutor
+from cellblock.server.cells import DockerExecutor
 from cellblock.server.mcp import parse_mcp_servers
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

@@ -23,8 +23,7 @@ from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
-from cellblock.server.bridge import CellBridge
-from cellblock.server.executors import ProcessExecutor
+from cellblock.server.cells import CellBridge, ProcessExecutor
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 SUPPORT = str(Path(__file__).resolve().parents[1] / "support")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cellblock.server.app import Service
-from cellblock.server.executors import DockerExecutor
+from cellblock.server.cells import DockerExecutor
 
 
 def leg_cells(service: Service) -> list[str]:

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from cellblock.server.runs import RunRegistry
-from cellblock.server.snapshots import InMemorySnapshotStore
+from cellblock.server.store import InMemorySnapshotStore
 
 
 def test_in_memory_store_puts_gets_replaces_and_deletes() -> None:

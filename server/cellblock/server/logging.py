@@ -1,6 +1,6 @@
 """structlog configuration: JSON lines (console on a TTY), stdlib routed through it.
 
-Configured once, in the server entry point (STYLE.md §6; structlog's
+Configured once, in the server entry point (docs/DESIGN.md §5; structlog's
 logging-best-practices): ``merge_contextvars`` -> trace ids -> level -> ISO
 UTC timestamp -> tracebacks as dicts -> renderer. Library code only calls
 ``structlog.get_logger``.

@@ -1,7 +1,7 @@
 """The guest's ``MCP`` namespace, ``API`` files and ``$api()`` (SPEC §8.5–8.7) in an in-process VM.
 
 The cell's data comes from the real host code (catalog registration, then
-:class:`~cellblock.server.services._catalogs.RunCatalog`), so these tests also pin the
+:class:`~cellblock.server.api._catalogs.RunCatalog`), so these tests also pin the
 host/guest data contract.
 """
 
@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from cellblock.guest._vm import CellVM
+from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.catalog import Catalog
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.services._catalogs import RunCatalog
 
 LIMITS = {"maxPendingToolCalls": 4, "replyInboxBytes": 1 << 20, "maxOutputBytes": 4096, "outputSpentBytes": 0, "outputClosed": False}
 

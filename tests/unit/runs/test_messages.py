@@ -1,6 +1,6 @@
 """Exact message texts of SPEC §14."""
 
-from cellblock.server.runs import _messages as m
+from cellblock.server import messages as m
 
 
 def test_fixed_texts() -> None:

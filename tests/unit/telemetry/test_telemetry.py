@@ -28,7 +28,7 @@ from opentelemetry.trace import Link, SpanKind, format_trace_id
 
 from cellblock.client import CellblockClient, NotFoundError, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
-from cellblock.server.executors import ProcessExecutor
+from cellblock.server.cells import ProcessExecutor
 from cellblock.server.logging import add_trace_ids, error_head
 from cellblock.server.runs import RunRegistry
 from cellblock.server.runs._output import OutputBudget

@@ -21,14 +21,13 @@ from typing import Any
 import structlog
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
-from cellblock.server.bridge import CellBridge
-from cellblock.server.executors import Cell, CellSpec, CellStartError, Executor, WarmPool
+from cellblock.server import messages as msg
+from cellblock.server.cells import Cell, CellBridge, CellSpec, CellStartError, Executor, WarmPool
 from cellblock.server.logging import error_head
-from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import BridgeReplyError, LegPorts, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
-from cellblock.server.snapshots import SnapshotStore
+from cellblock.server.store import SnapshotStore
 from cellblock.server.telemetry import LegTrace, end_tool_call, record_bridge_call, start_tool_call
 
 log = structlog.get_logger("cellblock.leg")

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from cellblock.server.runs._state import Run
-from cellblock.server.snapshots import InMemorySnapshotStore, SnapshotStore
+from cellblock.server.store import InMemorySnapshotStore, SnapshotStore
 from cellblock.server.telemetry import end_open_tool_calls
 
 SUSPENDED_RUN_CAP = 64

@@ -14,17 +14,17 @@ from typing import Any
 
 import structlog
 
+from cellblock.server import messages as msg
+from cellblock.server.cells import Executor, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
-from cellblock.server.executors import Executor, WarmPool
-from cellblock.server.runs import _messages as msg
-from cellblock.server.runs._input import InputFailure, validate_exec, validate_wait
 from cellblock.server.runs._leg import Leg, LegOutcome, dispatch_request, failed, record_tool_outcome, reply_inbox_bytes
 from cellblock.server.runs._output import OutputBudget, compact_json
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
-from cellblock.server.runs._source import prepare_source
 from cellblock.server.runs._state import Run, new_run_id, replay_id
+from cellblock.server.source._input import InputFailure, validate_exec, validate_wait
+from cellblock.server.source._source import prepare_source
 from cellblock.server.telemetry import remember_exec_span
 
 log = structlog.get_logger("cellblock.runs")

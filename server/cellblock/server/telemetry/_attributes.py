@@ -1,6 +1,6 @@
 """Span and metric attribute keys of cellblock (DESIGN.md §5).
 
-Standard keys are imported from ``opentelemetry.semconv`` (STYLE.md §6);
+Standard keys are imported from ``opentelemetry.semconv`` (docs/DESIGN.md §5);
 the rest live under the ``cellblock.`` namespace. Values never carry source
 text, tool inputs or outputs, secrets or environment values (SPEC §12 item 4).
 """

@@ -1,4 +1,4 @@
-"""OpenTelemetry SDK wiring: only the entry points call this (STYLE.md §6).
+"""OpenTelemetry SDK wiring: only the entry points call this (docs/DESIGN.md §5).
 
 Library code uses the API alone (:mod:`._spans`, :mod:`._metrics`); this
 module installs the global tracer and meter providers with the exporters the

@@ -2,8 +2,8 @@
 
 import pytest
 
-from cellblock.server.runs import _messages as m
-from cellblock.server.runs._input import (
+from cellblock.server import messages as m
+from cellblock.server.source._input import (
     InputFailure,
     ValidatedExec,
     js_trim,

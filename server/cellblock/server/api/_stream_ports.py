@@ -12,9 +12,9 @@ from typing import Any
 import structlog
 from opentelemetry import trace
 
+from cellblock.server import messages as msg
 from cellblock.server.catalog import _messages as bmsg
 from cellblock.server.catalog._errors import BridgeReplyError
-from cellblock.server.runs import _messages as msg
 from cellblock.server.runs._leg import record_tool_outcome, reply_inbox_bytes
 from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._ports import LegPorts, ToolOutcome

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tree_sitter
 
-from cellblock.server.runs._syntax import _Text, _token_text, _walk
+from cellblock.server.source._syntax import _Text, _token_text, _walk
 
 # ---------------------------------------------------------------------------
 # Module access (§6.6).

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import tree_sitter
 
-from cellblock.server.runs import _messages as m
-from cellblock.server.runs._input import InputFailure
+from cellblock.server import messages as m
+from cellblock.server.source._input import InputFailure
 
 
 def _words(text: str) -> frozenset[str]:

@@ -7,12 +7,12 @@ from typing import Any
 
 import grpc
 
+from cellblock.server.api._catalogs import ScopeCatalog
+from cellblock.server.api._scope import page_start, require_scope
+from cellblock.server.api._state import ServiceState
 from cellblock.server.catalog._errors import CatalogRegistrationError
 from cellblock.server.runs import RunRegistry
 from cellblock.server.runs._output import compact_json
-from cellblock.server.services._catalogs import ScopeCatalog
-from cellblock.server.services._scope import page_start, require_scope
-from cellblock.server.services._state import ServiceState
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2

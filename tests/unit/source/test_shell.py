@@ -4,9 +4,9 @@ import time
 
 import pytest
 
-from cellblock.server.runs import _messages as m
-from cellblock.server.runs._input import InputFailure
-from cellblock.server.runs._source import looks_like_shell, prepare_source
+from cellblock.server import messages as m
+from cellblock.server.source._input import InputFailure
+from cellblock.server.source._source import looks_like_shell, prepare_source
 
 SHELL = [
     # Case A (the text parses as JavaScript).

@@ -18,7 +18,7 @@ from typing import Any
 import docker
 import docker.errors
 
-from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
 
 #: uid:gid of the cell user baked into the image (sandbox-image/Dockerfile).
 CELL_UID = 65532

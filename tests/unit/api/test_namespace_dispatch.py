@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+from cellblock.server.api._catalogs import RunCatalog
+from cellblock.server.api._stream_ports import StreamPorts
 from cellblock.server.app import ServerSettings
 from cellblock.server.catalog import BridgeReplyError, Catalog
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.mcp import McpServerConfig, parse_mcp_servers
 from cellblock.server.runs._ports import ToolOutcome
 from cellblock.server.runs._state import PendingRequest
-from cellblock.server.services._catalogs import RunCatalog
-from cellblock.server.services._stream_ports import StreamPorts
 from cellblock.v1 import code_mode_service_pb2 as pb
 
 TOOLS: list[dict[str, Any]] = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 from google.protobuf import timestamp_pb2
 
+from cellblock.server.api._scope import page_start, require_scope
+from cellblock.server.api._state import ServiceState
 from cellblock.server.runs import Run, RunRegistry
-from cellblock.server.services._scope import page_start, require_scope
-from cellblock.server.services._state import ServiceState
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import common_pb2
 from cellblock.v1 import run_service_pb2 as pb

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from cellblock.server.bridge import CellBridge
-from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.cells import CellBridge
+from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
 
 log = structlog.get_logger("cellblock.pool")
 

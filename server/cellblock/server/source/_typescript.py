@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import tree_sitter
 
-from cellblock.server.runs._syntax import _LINE_BREAKS, _parse_checked, _SyntaxProblem, _Text
+from cellblock.server.source._syntax import _LINE_BREAKS, _parse_checked, _SyntaxProblem, _Text
 
 # ---------------------------------------------------------------------------
 # TypeScript stripping (§6.2).

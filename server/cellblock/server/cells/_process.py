@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from cellblock.server.executors._base import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
 
 _REPO_ROOT = Path(__file__).resolve().parents[4]
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import tree_sitter
 
-from cellblock.server.runs._module_access import _decode_escapes
-from cellblock.server.runs._syntax import _LINE_BREAKS, _Text, _token_text, _words
-from cellblock.server.runs._typescript import _children_of_type
+from cellblock.server.source._module_access import _decode_escapes
+from cellblock.server.source._syntax import _LINE_BREAKS, _Text, _token_text, _words
+from cellblock.server.source._typescript import _children_of_type
 
 # ---------------------------------------------------------------------------
 # Shell detection (§6.4).

@@ -2,9 +2,9 @@
 
 import pytest
 
-from cellblock.server.runs import _messages as m
-from cellblock.server.runs._input import InputFailure
-from cellblock.server.runs._source import PreparedSource, prepare_source
+from cellblock.server import messages as m
+from cellblock.server.source._input import InputFailure
+from cellblock.server.source._source import PreparedSource, prepare_source
 
 REJECTED = [
     'import x from "y"',

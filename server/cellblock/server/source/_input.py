@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from cellblock.server import messages as m
 from cellblock.server.catalog._text import js_trim
-from cellblock.server.runs import _messages as m
 
 Language = Literal["javascript", "typescript"]
 """A cell language."""

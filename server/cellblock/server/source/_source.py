@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cellblock.server.runs import _messages as m
-from cellblock.server.runs._input import InputFailure, Language
-from cellblock.server.runs._module_access import _uses_modules
-from cellblock.server.runs._shell import _looks_like_shell_parsed, looks_like_shell
-from cellblock.server.runs._syntax import _parse_checked, _syntax_failure, _Text
-from cellblock.server.runs._typescript import _strip_typescript, _Stripped
+from cellblock.server import messages as m
+from cellblock.server.source._input import InputFailure, Language
+from cellblock.server.source._module_access import _uses_modules
+from cellblock.server.source._shell import _looks_like_shell_parsed, looks_like_shell
+from cellblock.server.source._syntax import _parse_checked, _syntax_failure, _Text
+from cellblock.server.source._typescript import _strip_typescript, _Stripped
 
 # ---------------------------------------------------------------------------
 # Entry point.

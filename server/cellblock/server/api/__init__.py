@@ -1,0 +1,8 @@
+"""The gRPC services of cellblock.v1."""
+
+from cellblock.server.api._catalog_service import CatalogService
+from cellblock.server.api._code_mode_service import CodeModeService
+from cellblock.server.api._run_service import RunService
+from cellblock.server.api._state import ServiceState
+
+__all__ = ["CatalogService", "CodeModeService", "RunService", "ServiceState"]
