@@ -831,7 +831,7 @@ def _arguments_json(arguments: Mapping[str, Any] | str | None) -> str:
 
 
 def _json_text(value: Any) -> str:
-    """Compact JSON for a proto string field: UTF-8 text, lone surrogates as ``\\uXXXX``.
+    r"""Compact JSON for a proto string field: UTF-8 text, lone surrogates as ``\uXXXX``.
 
     Raises:
         ValueError: NaN or infinities (not JSON).

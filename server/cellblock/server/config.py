@@ -346,6 +346,11 @@ class CodeModeConfig:
     """Tier table as ``(model id, tier)`` pairs; a mapping is accepted and converted."""
 
     def __post_init__(self) -> None:
+        """Checks every field against its range and converts a ``model_tiers`` mapping to pairs.
+
+        Raises:
+            ValueError: A value outside the field's range.
+        """
         if self.enabled not in (True, False, "auto") or not isinstance(self.enabled, (bool, str)):
             raise ValueError(f"enabled must be True, False or 'auto', not {self.enabled!r}")
         languages = _languages(list(self.languages))

@@ -27,7 +27,7 @@ STACK_HEAD_FRAMES = 3
 
 
 def add_trace_ids(_logger: object, _method: str, event_dict: structlog.types.EventDict) -> structlog.types.EventDict:
-    """structlog processor: adds ``trace_id`` (32 hex) and ``span_id`` (16 hex) of the current span, if any."""
+    """Adds (as a structlog processor) ``trace_id`` (32 hex) and ``span_id`` (16 hex) of the current span, if any."""
     context = trace.get_current_span().get_span_context()
     if context.is_valid:
         event_dict.setdefault("trace_id", trace.format_trace_id(context.trace_id))

@@ -1,5 +1,6 @@
-"""Telemetry pieces without cells: canonical lines of a real gRPC server, the
-JSON-lines exporter and ``cellblock-trace``, SDK wiring, metrics, error heads.
+"""Telemetry pieces without cells.
+
+Canonical lines of a real gRPC server, the JSON-lines exporter and ``cellblock-trace``, SDK wiring, metrics, error heads.
 
 Runs without Docker: the service is started with the process executor and
 only RPCs that need no cell are made (one aborted Exec stream included).

@@ -84,7 +84,7 @@ class Leg:
                 return
             yield item
 
-    def _send(self, msg: pb.AttachRequest) -> None:
+    def _send(self, msg: pb.AttachRequest | None) -> None:
         self._send_q.put_nowait(msg)
 
     async def run(self, channel: grpc.aio.Channel) -> None:

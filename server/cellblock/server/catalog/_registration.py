@@ -106,7 +106,7 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
         if operation_raw is None:
             operation = "tool"
         elif isinstance(operation_raw, str) and operation_raw in MCP_OPERATIONS:
-            operation = operation_raw  # type: ignore[assignment]
+            operation = operation_raw
         else:
             raise _ToolProblemError("operation must be one of " + ", ".join(MCP_OPERATIONS))
     elif operation_raw is not None:

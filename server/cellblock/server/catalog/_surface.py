@@ -145,7 +145,7 @@ def exec_description(view: CatalogView, config: CodeModeConfig) -> str:
 
     Returns:
         Paragraphs A-D, then paragraph E and the namespace section when the catalog has an
-        ``mcp`` entry, then the quick index when it has a ``host`` entry; joined by ``\\n\\n``.
+        ``mcp`` entry, then the quick index when it has a ``host`` entry; joined by a blank line.
     """
     parts = [paragraph_a(config), PARAGRAPH_B, PARAGRAPH_C, paragraph_d(config)]
     section = namespace_section(view)

@@ -83,9 +83,9 @@ def _number_text(value: float) -> str:
 
 
 def compact_json(value: Any) -> str:
-    """Serialises a JSON value as compact JSON (SPEC §0.3 item 2), like ``JSON.stringify``.
+    r"""Serialises a JSON value as compact JSON (SPEC §0.3 item 2), like ``JSON.stringify``.
 
-    Non-ASCII characters stay as they are, lone surrogates become ``\\uXXXX`` escapes and
+    Non-ASCII characters stay as they are, lone surrogates become ``\uXXXX`` escapes and
     numbers are written as JavaScript writes them (``1.0`` is ``1``).
 
     Args:

@@ -245,7 +245,8 @@ class DockerExecutor(Executor):
 
     async def start(self, spec: CellSpec) -> Cell:
         self.cells_started += 1
-        return await self.run_blocking(lambda: self._start_sync(spec))
+        cell: Cell = await self.run_blocking(lambda: self._start_sync(spec))
+        return cell
 
     def list_cell_containers(self) -> list[str]:
         """Returns the names of every cell container this executor started and still exists."""
