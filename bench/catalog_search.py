@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.exec_latency import percentile
-from cellblock.server.catalog._catalog import Catalog
-from cellblock.server.catalog._surface import exec_description
+from cellblock.server.catalog import Catalog, exec_description
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.mcp import McpHub, parse_mcp_servers
 from examples.handlers import load_tools

@@ -32,7 +32,7 @@ from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, start_service
 from cellblock.server.logging import configure_logging
 from cellblock.server.telemetry import trace as trace_cli
-from cellblock.server.telemetry._sdk import configure_telemetry
+from cellblock.server.telemetry.sdk import configure_telemetry
 from examples.handlers import HANDLERS, PROGRAMS_DIR, load_tools
 
 ENGAGED_MODEL = "anthropic/claude-opus-5"

@@ -23,10 +23,10 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from cellblock.server.api import CatalogService, CodeModeService, RunService, ServiceState
-from cellblock.server.api._state import Admission
+from cellblock.server.api import Admission, CatalogService, CodeModeService, RunService, ServiceState
 from cellblock.server.cells import DockerExecutor, DockerExecutorConfig, Executor, ProcessExecutor, WarmPool
 from cellblock.server.config import CodeModeConfig
+from cellblock.server.limits import MAX_API_MESSAGE_BYTES
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.runs import Runner, RunRegistry
@@ -34,10 +34,6 @@ from cellblock.server.telemetry import observe_registry, server_interceptors
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
 
 log = structlog.get_logger("cellblock.server")
-
-#: Largest gRPC message the public API accepts, in bytes (catalogs, tool
-#: results). Larger requests fail with RESOURCE_EXHAUSTED before parsing.
-MAX_API_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -246,7 +242,7 @@ async def _sweep_periodically(registry: RunRegistry) -> None:
 
 async def serve(settings: ServerSettings | None = None) -> None:
     """Runs the service until SIGTERM or SIGINT."""
-    from cellblock.server.telemetry._sdk import configure_telemetry  # noqa: PLC0415 - SDK wiring only here (docs/DESIGN.md §5)
+    from cellblock.server.telemetry.sdk import configure_telemetry  # noqa: PLC0415 - SDK wiring only here (docs/DESIGN.md §5)
 
     configure_logging()
     settings = settings or ServerSettings.from_env()

@@ -3,7 +3,7 @@
 The service reads one ``codeMode`` section. :meth:`CodeModeConfig.from_json` applies
 the shape rules of SPEC §2.1 to that section's JSON value, :meth:`CodeModeConfig.with_overrides`
 applies the runtime's per-exec limit overrides, and :class:`Limits` carries the limits a run keeps
-for all of its legs. The fixed constants of SPEC §2.3 are module constants.
+for all of its legs. The fixed constants of SPEC §2.3 are in :mod:`cellblock.server.limits`.
 """
 
 from __future__ import annotations
@@ -14,138 +14,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
+from cellblock.server.limits import min_resume_budget_ms, reply_inbox_bytes, value_reserve_bytes
+
 __all__ = [
-    "BM25_B",
-    "BM25_K1",
     "DEFAULT_MODEL_TIERS",
-    "DESCRIPTION_MAX_SERVERS",
-    "HINT_PROPERTY_NAME_MAX_CHARS",
-    "INPUT_HINT_MAX_CHARS",
-    "INPUT_HINT_MAX_DEPTH",
-    "INPUT_HINT_MAX_PROPERTIES",
     "LANGUAGES",
-    "LITERAL_UNION_MAX_CHARS",
-    "LITERAL_UNION_MAX_VALUES",
-    "OUTPUT_HINT_MAX_CHARS",
-    "OUTPUT_HINT_MAX_DEPTH",
-    "OUTPUT_HINT_MAX_PROPERTIES",
-    "OUTPUT_MARKER_RESERVE_BYTES",
-    "QUICK_INDEX_MAX_CHARS",
-    "STRUCTURAL_UNION_MAX_VARIANTS",
-    "SUSPENDED_RUN_CAP",
-    "SYNTAX_ERROR_MESSAGE_MAX_CHARS",
-    "UNKNOWN_ID_SUGGESTIONS",
-    "USER_STACK_FRAMES",
-    "WATCHDOG_GRACE_MS",
     "CodeModeConfig",
     "Enabled",
     "Language",
     "Limits",
     "ModelTier",
-    "min_resume_budget_ms",
-    "reply_inbox_bytes",
-    "value_reserve_bytes",
 ]
-
-# --- Fixed constants (SPEC §2.3) -------------------------------------------------------------
-
-SUSPENDED_RUN_CAP = 64
-"""Suspended (or tool-waiting) runs allowed per service instance."""
-
-WATCHDOG_GRACE_MS = 2000
-"""Grace after a leg's deadline before the watchdog kills the cell, in milliseconds."""
-
-QUICK_INDEX_MAX_CHARS = 8000
-"""Upper bound of the quick index block, in characters (code points)."""
-
-INPUT_HINT_MAX_CHARS = 300
-"""Longest input hint, in characters."""
-
-INPUT_HINT_MAX_DEPTH = 4
-"""Schema depth at which input hint rendering stops."""
-
-INPUT_HINT_MAX_PROPERTIES = 16
-"""Most properties rendered per object in an input hint."""
-
-OUTPUT_HINT_MAX_CHARS = 850
-"""Longest output hint, in characters."""
-
-OUTPUT_HINT_MAX_DEPTH = 6
-"""Schema depth at which output hint rendering stops."""
-
-OUTPUT_HINT_MAX_PROPERTIES = 20
-"""Most properties rendered per object in an output hint."""
-
-HINT_PROPERTY_NAME_MAX_CHARS = 128
-"""Longest property name a hint renders, in characters."""
-
-STRUCTURAL_UNION_MAX_VARIANTS = 4
-"""Most variants of a structural (non-literal) union in a hint."""
-
-LITERAL_UNION_MAX_VALUES = 8
-"""Most values of a literal union in a hint."""
-
-LITERAL_UNION_MAX_CHARS = 96
-"""Longest literal union text in a hint, in characters."""
-
-SYNTAX_ERROR_MESSAGE_MAX_CHARS = 240
-"""Parser message kept in a syntax error, in characters."""
-
-UNKNOWN_ID_SUGGESTIONS = 3
-"""Suggestions named by an unknown-tool reply."""
-
-USER_STACK_FRAMES = 10
-"""User stack frames kept in an error."""
-
-DESCRIPTION_MAX_SERVERS = 20
-"""MCP servers named in the exec description's namespace section."""
-
-OUTPUT_MARKER_RESERVE_BYTES = 256
-"""Bytes of the output budget reserved for truncation markers."""
-
-BM25_K1 = 1.2
-"""BM25 term-frequency saturation parameter."""
-
-BM25_B = 0.75
-"""BM25 document-length normalisation parameter."""
-
-
-def min_resume_budget_ms(timeout_ms: int) -> int:
-    """Returns the minimum resume budget of a leg.
-
-    Args:
-        timeout_ms: The run's per-leg timeout in milliseconds.
-
-    Returns:
-        ``min(250, max(1, floor(timeout_ms / 2)))`` in milliseconds.
-    """
-    return min(250, max(1, timeout_ms // 2))
-
-
-def value_reserve_bytes(max_output_bytes: int) -> int:
-    """Returns the part of the output budget reserved for the value or error.
-
-    Args:
-        max_output_bytes: The run's output budget in bytes.
-
-    Returns:
-        ``floor(max_output_bytes / 4)`` bytes.
-    """
-    return max_output_bytes // 4
-
-
-def reply_inbox_bytes(memory_limit_bytes: int, max_snapshot_bytes: int) -> int:
-    """Returns the largest bridge payload accepted in either direction.
-
-    Args:
-        memory_limit_bytes: The run's cell memory limit in bytes.
-        max_snapshot_bytes: The run's snapshot limit in bytes.
-
-    Returns:
-        ``min(memory_limit_bytes, max_snapshot_bytes)`` bytes.
-    """
-    return min(memory_limit_bytes, max_snapshot_bytes)
-
 
 # --- Types and tables ------------------------------------------------------------------------
 

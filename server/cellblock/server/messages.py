@@ -1,15 +1,18 @@
-"""Exact model-facing message texts of SPEC §14.1–14.3 and §14.5 (plus B13, B19, B22).
+"""Exact model-facing message texts of SPEC §14: the one home of every §14 text.
 
-Every text here is normative: tests compare them byte for byte. Constants are used
-for fixed texts and small functions for texts with placeholders. Echoed guest text
-(`<text>`, `<name>`, `<path>`, `<selector>`, and the `<tool>` of R03) is cut to
-200 characters by :func:`echo`.
+Every text here is normative: tests compare them byte for byte. One naming scheme: the
+SPEC id in upper case (``E01``, ``B04``) for a fixed text, in lower case (``e05()``,
+``b07()``) for a function that fills a text's placeholders. Echoed guest text (`<text>`,
+`<name>`, `<path>`, `<selector>`, and the `<tool>` of R03) is cut to
+:data:`~cellblock.server.limits.ECHO_MAX_CHARS` characters by :func:`echo`.
 """
 
 from __future__ import annotations
 
-ECHO_LIMIT = 200
-"""Maximum number of characters of guest text echoed in a message (SPEC §14)."""
+from collections.abc import Sequence
+from typing import Literal
+
+from cellblock.server.limits import ECHO_MAX_CHARS, SUSPENDED_RUN_CAP, SYNTAX_ERROR_MESSAGE_MAX_CHARS
 
 
 def echo(text: str) -> str:
@@ -21,7 +24,7 @@ def echo(text: str) -> str:
     Returns:
         The first 200 code points of ``text`` (all of it when shorter).
     """
-    return text[:ECHO_LIMIT]
+    return text[:ECHO_MAX_CHARS]
 
 
 # §14.1 exec and wait arguments (invalid_input, phase input).
@@ -63,9 +66,6 @@ S01 = (
     "tool with tools.callValue(id, args). Do not resend the same shell text."
 )
 
-PARSER_MESSAGE_LIMIT = 240
-"""Maximum number of characters of the parser message kept in [S02] (SPEC §2.3)."""
-
 S03_CONSTRUCTS = ("enum", "namespace", "parameter property", "import alias", "export =")
 """The allowed ``<construct>`` values of [S03]."""
 
@@ -78,7 +78,7 @@ def s02(line: int, column: int, parser_message: str) -> str:
         column: 1-based column in UTF-16 code units.
         parser_message: The parser's message; cut here to 240 characters.
     """
-    message = parser_message[:PARSER_MESSAGE_LIMIT]
+    message = parser_message[:SYNTAX_ERROR_MESSAGE_MAX_CHARS]
     return (
         f"SyntaxError at cellblock:user.js:{line}:{column}: {message}. "
         "No tools were called; fix the source and send it again."
@@ -111,11 +111,8 @@ S04 = (
 )
 
 # §14.3 Run outcomes.
-SUSPENDED_RUN_CAP = 64
-"""Suspended-run cap per service instance (SPEC §2.3), quoted by [R01]."""
-
 R01 = (
-    "too many runs are suspended or waiting on tools on this cellblock instance (limit 64); "
+    f"too many runs are suspended or waiting on tools on this cellblock instance (limit {SUSPENDED_RUN_CAP}); "
     "finish waiting runs before starting new ones."
 )
 R02 = (
@@ -254,7 +251,82 @@ R19 = (
     "cannot be restored here."
 )
 
-# §14.4 Host replies owned by the runs package.
+# §14.4 Host replies seen by the guest (rejected promises).
+
+B01 = "tools.search query must be a string."
+B02 = "tools.search options must be an object."
+B03 = "tools.search limit must be a positive integer."
+B04 = "tools.describe id must be a string."
+
+
+def b05(helper: Literal["tools.call", "tools.callValue"]) -> str:
+    """Returns [B05]: the id given to ``tools.call`` or ``tools.callValue`` is not a string."""
+    return f"{helper} id must be a string."
+
+
+def b06(name: str, ids: Sequence[str]) -> str:
+    """Returns [B06]: a name matches several guest-view entries.
+
+    Args:
+        name: The requested name (guest text, cut to 200 characters here).
+        ids: Every matching id, in id order.
+    """
+    shown = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
+    return (
+        f'Ambiguous tool name "{echo(name)}": it matches {len(ids)} tools ({shown}). '
+        "Use an exact tool id."
+    )
+
+
+def b07(text: str, suggestions: Sequence[str]) -> str:
+    """Returns [B07]: the id text names no guest-view entry.
+
+    Args:
+        text: The requested id text (guest text, cut to 200 characters here).
+        suggestions: Up to three suggestion texts; empty for none.
+    """
+    hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
+    return (
+        f"Unknown tool: {echo(text)}.{hint} Find tools with tools.search, inspect one with "
+        "tools.describe, then call it with its exact id or name."
+    )
+
+
+def b08(tool_id: str) -> str:
+    """Returns [B08]: a ``host`` reply's ``details`` do not match its ``outputSchema``."""
+    return f'Tool "{tool_id}" returned details that do not match its declared outputSchema.'
+
+
+def b09(tool_id: str, reason: str) -> str:
+    """Returns [B09]: policy, approval or a hook blocked the call."""
+    return f'Tool "{tool_id}" was blocked before execution: {reason}'
+
+
+def b10(tool_id: str, problems: str) -> str:
+    """Returns [B10]: the input does not match a ``host`` entry's ``parameters``.
+
+    Args:
+        tool_id: The resolved catalog id (or the guest path of a namespace call).
+        problems: ``missing required argument(s): ...`` and/or ``unexpected argument(s): ...``
+            joined by ``; ``, or ``<JSON pointer>: <problem>``.
+    """
+    return f'Tool "{tool_id}" input does not match its parameters: {problems}.'
+
+
+def b11(tool_id: str) -> str:
+    """Returns [B11]: a failed tool result without a message."""
+    return f'Tool "{echo(tool_id)}" failed without an error message.'
+
+
+def b12(tool_id: str, result_bytes: int, inbox_bytes: int) -> str:
+    """Returns [B12]: a tool result larger than the reply inbox."""
+    return f'Tool "{echo(tool_id)}" returned {result_bytes} bytes, more than this cell accepts ({inbox_bytes} bytes); ask for less data.'
+
+
+def not_json(tool_id: str) -> str:
+    """Returns the text for a runtime's tool result that is not valid JSON (cellblock's own, no SPEC id)."""
+    return f'Tool "{echo(tool_id)}" returned a result that is not valid JSON.'
+
 
 
 def b13(max_pending_tool_calls: int) -> str:
@@ -349,18 +421,3 @@ def p04(path: str) -> str:
         path: The guest path; cut to 200 characters.
     """
     return f"unknown namespace path: {echo(path)}"
-
-
-def b11(tool_id: str) -> str:
-    """[B11] a failed tool result without a message."""
-    return f'Tool "{echo(tool_id)}" failed without an error message.'
-
-
-def b12(tool_id: str, result_bytes: int, inbox_bytes: int) -> str:
-    """[B12] a tool result larger than the reply inbox."""
-    return f'Tool "{echo(tool_id)}" returned {result_bytes} bytes, more than this cell accepts ({inbox_bytes} bytes); ask for less data.'
-
-
-def not_json(tool_id: str) -> str:
-    """A runtime's tool result that is not valid JSON (cellblock's own message, no SPEC id)."""
-    return f'Tool "{echo(tool_id)}" returned a result that is not valid JSON.'

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from cellblock.server import config as config_module
 from cellblock.server.config import DEFAULT_MODEL_TIERS, CodeModeConfig, Limits
 
 
@@ -142,19 +141,3 @@ def test_direct_construction_validates(kwargs: dict[str, Any]) -> None:
 def test_direct_construction_accepts_a_tier_mapping() -> None:
     tiers: Any = {"a/b": "preferred"}
     assert CodeModeConfig(model_tiers=tiers).model_tiers == (("a/b", "preferred"),)
-
-
-def test_fixed_constants() -> None:
-    c = config_module
-    assert (c.SUSPENDED_RUN_CAP, c.WATCHDOG_GRACE_MS, c.QUICK_INDEX_MAX_CHARS) == (64, 2000, 8000)
-    assert (c.INPUT_HINT_MAX_CHARS, c.INPUT_HINT_MAX_DEPTH, c.INPUT_HINT_MAX_PROPERTIES) == (300, 4, 16)
-    assert (c.OUTPUT_HINT_MAX_CHARS, c.OUTPUT_HINT_MAX_DEPTH, c.OUTPUT_HINT_MAX_PROPERTIES) == (850, 6, 20)
-    assert c.HINT_PROPERTY_NAME_MAX_CHARS == 128
-    assert (c.STRUCTURAL_UNION_MAX_VARIANTS, c.LITERAL_UNION_MAX_VALUES, c.LITERAL_UNION_MAX_CHARS) == (4, 8, 96)
-    assert c.SYNTAX_ERROR_MESSAGE_MAX_CHARS == 240
-    assert (c.UNKNOWN_ID_SUGGESTIONS, c.USER_STACK_FRAMES, c.DESCRIPTION_MAX_SERVERS) == (3, 10, 20)
-    assert c.OUTPUT_MARKER_RESERVE_BYTES == 256
-    assert (c.BM25_K1, c.BM25_B) == (1.2, 0.75)
-    assert [c.min_resume_budget_ms(t) for t in (100, 499, 501, 60000, 1)] == [50, 249, 250, 250, 1]
-    limits = Limits(timeout_ms=300, memory_limit_bytes=2048, max_output_bytes=1027, max_snapshot_bytes=1024)
-    assert (limits.min_resume_budget_ms, limits.value_reserve_bytes, limits.reply_inbox_bytes) == (150, 256, 1024)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.server.catalog import INPUT_LIMITS, OUTPUT_LIMITS, Hint, input_hint, output_hint, render_hint
+from cellblock.server.catalog._hints import INPUT_LIMITS, OUTPUT_LIMITS, Hint, input_hint, output_hint, render_hint
 
 S = {"type": "string"}
 N = {"type": "number"}

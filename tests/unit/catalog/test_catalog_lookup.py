@@ -6,16 +6,9 @@ from typing import Any
 
 import pytest
 
-from cellblock.server.catalog import (
-    BridgeReplyError,
-    Catalog,
-    CatalogView,
-    assign_identifiers,
-    normalise_tool_name,
-    server_identifiers,
-    to_identifier,
-)
-from cellblock.server.catalog._identifiers import TOOL_RESERVED
+from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogView
+from cellblock.server.catalog._convenience import normalise_tool_name
+from cellblock.server.catalog._identifiers import TOOL_RESERVED, assign_identifiers, server_identifiers, to_identifier
 
 TAIL = " Find tools with tools.search, inspect one with tools.describe, then call it with its exact id or name."
 

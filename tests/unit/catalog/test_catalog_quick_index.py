@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cellblock.server.catalog import QUICK_INDEX_HEADING, Catalog, quick_index, quick_index_lines
+from cellblock.server.catalog import Catalog
+from cellblock.server.catalog._quick_index import QUICK_INDEX_HEADING, quick_index, quick_index_lines
 
 ALL_FOOTER = (
     "Call these ids exactly with tools.callValue; use ALL_TOOLS or tools.search inside exec when the choice is "

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogView, document_tokens, tokenize
+from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogView
+from cellblock.server.catalog._search import document_tokens, tokenize
 from cellblock.server.config import CodeModeConfig
 
 CONFIG = CodeModeConfig()

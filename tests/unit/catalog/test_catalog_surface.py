@@ -7,18 +7,8 @@ from typing import Any
 
 import pytest
 
-from cellblock.server.catalog import (
-    CODE_DESC,
-    Catalog,
-    CatalogView,
-    exec_description,
-    exec_tool,
-    namespace_section,
-    paragraph_a,
-    paragraph_d,
-    tool_surface,
-    wait_tool,
-)
+from cellblock.server.catalog import Catalog, CatalogView, exec_description, tool_surface
+from cellblock.server.catalog._surface import CODE_DESC, exec_tool, namespace_section, paragraph_a, paragraph_d, wait_tool
 from cellblock.server.config import CodeModeConfig
 
 # Texts copied from SPEC §4.1-§4.3 for byte comparison.

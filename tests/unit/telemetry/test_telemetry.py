@@ -39,7 +39,7 @@ from cellblock.server.telemetry import _metrics
 from cellblock.server.telemetry import trace as trace_cli
 from cellblock.server.telemetry._interceptors import request_ids
 from cellblock.server.telemetry._jsonfile import JsonLinesSpanExporter, span_record
-from cellblock.server.telemetry._sdk import configure_telemetry, metric_exporter, span_processor
+from cellblock.server.telemetry.sdk import configure_telemetry, metric_exporter, span_processor
 from cellblock.v1 import code_mode_service_pb2, code_mode_service_pb2_grpc, common_pb2, run_service_pb2
 
 pytestmark = pytest.mark.timeout(30)

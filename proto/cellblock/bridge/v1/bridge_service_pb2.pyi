@@ -115,6 +115,67 @@ host's parser accepted); the message is `<line>:<engine message>`.
 """
 Global___FailureKind: _TypeAlias = FailureKind  # noqa: Y015
 
+class _BridgeLimit:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _BridgeLimitEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_BridgeLimit.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    BRIDGE_LIMIT_UNSPECIFIED: _BridgeLimit.ValueType  # 0
+    """Never used."""
+    BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES: _BridgeLimit.ValueType  # 1048576
+    """Largest SnapshotChunk.data, either direction: 1 MiB."""
+    BRIDGE_LIMIT_MAX_MESSAGE_BYTES: _BridgeLimit.ValueType  # 536870912
+    """Largest gRPC message on the bridge, either direction: 512 MiB."""
+
+class BridgeLimit(_BridgeLimit, metaclass=_BridgeLimitEnumTypeWrapper):
+    """BridgeLimit holds the bridge's fixed sizes in bytes, one definition for host
+    and guest (proto3 has no constants: each size is its value's number).
+    """
+
+BRIDGE_LIMIT_UNSPECIFIED: BridgeLimit.ValueType  # 0
+"""Never used."""
+BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES: BridgeLimit.ValueType  # 1048576
+"""Largest SnapshotChunk.data, either direction: 1 MiB."""
+BRIDGE_LIMIT_MAX_MESSAGE_BYTES: BridgeLimit.ValueType  # 536870912
+"""Largest gRPC message on the bridge, either direction: 512 MiB."""
+Global___BridgeLimit: _TypeAlias = BridgeLimit  # noqa: Y015
+
+class _CellExitCode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CellExitCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CellExitCode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CELL_EXIT_CODE_UNSPECIFIED: _CellExitCode.ValueType  # 0
+    """0: the agent sent its leg's end and exited cleanly (buf names zero values
+    UNSPECIFIED).
+    """
+    CELL_EXIT_CODE_BRIDGE_UNREACHABLE: _CellExitCode.ValueType  # 3
+    """The cell's bridge socket could not be reached."""
+    CELL_EXIT_CODE_WATCHDOG: _CellExitCode.ValueType  # 124
+    """The agent's own watchdog stopped a VM stuck past the leg's deadline."""
+    CELL_EXIT_CODE_HOST_SILENT: _CellExitCode.ValueType  # 125
+    """The host sent nothing for longer than the agent's silence grace."""
+
+class CellExitCode(_CellExitCode, metaclass=_CellExitCodeEnumTypeWrapper):
+    """CellExitCode lists the exit codes of the guest agent, the cell's only
+    process; the host maps a cell's exit code with them (SPEC §11.4). A code of
+    128 + n is signal n, such as 137 when the kernel's OOM killer stops the cell.
+    """
+
+CELL_EXIT_CODE_UNSPECIFIED: CellExitCode.ValueType  # 0
+"""0: the agent sent its leg's end and exited cleanly (buf names zero values
+UNSPECIFIED).
+"""
+CELL_EXIT_CODE_BRIDGE_UNREACHABLE: CellExitCode.ValueType  # 3
+"""The cell's bridge socket could not be reached."""
+CELL_EXIT_CODE_WATCHDOG: CellExitCode.ValueType  # 124
+"""The agent's own watchdog stopped a VM stuck past the leg's deadline."""
+CELL_EXIT_CODE_HOST_SILENT: CellExitCode.ValueType  # 125
+"""The host sent nothing for longer than the agent's silence grace."""
+Global___CellExitCode: _TypeAlias = CellExitCode  # noqa: Y015
+
 @_typing.final
 class Hello(_message.Message):
     """Hello authenticates the cell."""
@@ -409,7 +470,7 @@ class SnapshotChunk(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     LAST_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
-    """At most 1 MiB of snapshot bytes."""
+    """At most BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES of snapshot bytes."""
     last: _builtins.bool
     """True on the last chunk."""
     def __init__(

@@ -6,8 +6,9 @@ cell token, receives the program (or a snapshot), runs it in a
 and output to the host until the leg ends. It holds no secrets and no catalog
 state beyond what the host sent for this leg.
 
-Exit codes: 0 after a clean ``end``; 3 when the bridge cannot be reached;
-124 when the agent's own watchdog stopped a VM stuck past the deadline.
+Exit codes are the bridge proto's ``CellExitCode``: 0 after a clean ``end``;
+3 when the bridge cannot be reached; 124 when the agent's own watchdog stopped a
+VM stuck past the deadline; 125 when the host went silent.
 """
 
 from __future__ import annotations
@@ -30,18 +31,12 @@ from cellblock.guest._vm import CellVM, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
 TOKEN_ENV = "CELLBLOCK_CELL_TOKEN"
-# Bridge messages may carry snapshots chunks (1 MiB) and tool results up to
-# the reply inbox; the host enforces the real caps.
-_MAX_MESSAGE = 512 * 1024 * 1024
-_CHUNK = 1024 * 1024
 # The agent's watchdog ends the process when one VM step runs this long past
 # the leg's deadline (an engine built-in that ignores the interrupt handler).
 WATCHDOG_GRACE_S = 0.75
-WATCHDOG_EXIT = 124
 #: A cell whose host sends nothing for this long after the deadline exits
 #: (its host died or lost it); the host's own watchdog acts far earlier.
 HOST_SILENCE_GRACE_S = 30.0
-HOST_SILENT_EXIT = 125
 #: How the engine reports a refused allocation (an uncaught one ends as R09).
 _ENGINE_OOM = "InternalError: out of memory"
 _REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE, "namespace_arguments": pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS}
@@ -65,7 +60,7 @@ class _Watchdog:
             with self._lock:
                 deadline = self._deadline
             if deadline is not None and time.monotonic() > deadline + WATCHDOG_GRACE_S:
-                os._exit(WATCHDOG_EXIT)
+                os._exit(pb.CELL_EXIT_CODE_WATCHDOG)
 
 
 class Leg:
@@ -175,9 +170,10 @@ class Leg:
                 elif kind == "suspend":
                     self._flush(vm)
                     data, raw = vm.snapshot()
-                    for i in range(0, max(len(data), 1), _CHUNK):
-                        part = data[i : i + _CHUNK]
-                        self._send(pb.AttachRequest(snapshot_chunk=pb.SnapshotChunk(data=part, last=i + _CHUNK >= len(data))))
+                    chunk = pb.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
+                    for i in range(0, max(len(data), 1), chunk):
+                        part = data[i : i + chunk]
+                        self._send(pb.AttachRequest(snapshot_chunk=pb.SnapshotChunk(data=part, last=i + chunk >= len(data))))
                     return self._end(vm, suspended=pb.Suspended(raw_bytes=raw, snapshot_bytes=len(data)))
                 else:
                     raise RuntimeError(f"unexpected host message {kind}")
@@ -201,7 +197,7 @@ class Leg:
             return await asyncio.wait_for(responses.__anext__(), timeout=timeout)
         except TimeoutError:
             print("cellblock-guest: the host went silent; ending the cell", file=sys.stderr)
-            os._exit(HOST_SILENT_EXIT)
+            os._exit(pb.CELL_EXIT_CODE_HOST_SILENT)
 
     def _flush(self, vm: CellVM) -> None:
         for item in vm.outbox.take():
@@ -234,15 +230,15 @@ async def _amain() -> int:
     for key in list(os.environ):
         if key not in ("PATH", "PYTHONPATH", "HOME"):
             del os.environ[key]
-    options = [("grpc.max_send_message_length", _MAX_MESSAGE), ("grpc.max_receive_message_length", _MAX_MESSAGE)]
+    options = [("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES)]
     async with grpc.aio.insecure_channel(f"unix:{socket_path}", options=options) as channel:
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout=10)
         except (TimeoutError, grpc.aio.AioRpcError):
             print("cellblock-guest: bridge socket unreachable", file=sys.stderr)
-            return 3
+            return pb.CELL_EXIT_CODE_BRIDGE_UNREACHABLE
         await Leg(token).run(channel)
-    return 0
+    return pb.CELL_EXIT_CODE_UNSPECIFIED
 
 
 def main() -> None:

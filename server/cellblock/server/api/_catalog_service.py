@@ -10,14 +10,13 @@ import grpc
 from cellblock.server.api._catalogs import ScopeCatalog
 from cellblock.server.api._scope import page_start, require_scope
 from cellblock.server.api._state import ServiceState
-from cellblock.server.catalog._errors import CatalogRegistrationError
+from cellblock.server.catalog import CatalogRegistrationError, compact_json
+from cellblock.server.limits import MAX_TOOLS_PER_REQUEST
 from cellblock.server.runs import RunRegistry
-from cellblock.server.runs._output import compact_json
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2
 
-MAX_TOOLS_PER_REQUEST = 10_000
 _SOURCES = {common_pb2.TOOL_SOURCE_HOST: "host", common_pb2.TOOL_SOURCE_MCP: "mcp", common_pb2.TOOL_SOURCE_CLIENT: "client"}
 _SOURCE_ENUM = {v: k for k, v in _SOURCES.items()}
 _OPERATIONS = {

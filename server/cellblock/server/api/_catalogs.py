@@ -10,13 +10,18 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from cellblock.server.catalog._catalog import Catalog, CatalogView
-from cellblock.server.catalog._contracts import check_input_contract, check_output_contract
-from cellblock.server.catalog._declarations import McpNamespace, build_namespace
-from cellblock.server.catalog._entries import CatalogEntry
-from cellblock.server.catalog._surface import tool_surface
+from cellblock.server.catalog import (
+    Catalog,
+    CatalogEntry,
+    CatalogView,
+    McpNamespace,
+    build_namespace,
+    check_input_contract,
+    check_output_contract,
+    tool_surface,
+)
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.runs._result import make_telemetry
+from cellblock.server.runs import make_telemetry
 
 
 class RunCatalog:

@@ -14,9 +14,8 @@ import structlog
 from cellblock.server.api._scope import require_scope
 from cellblock.server.api._state import ServiceState
 from cellblock.server.api._stream_ports import StreamPorts
-from cellblock.server.runs import LegReport, Runner
-from cellblock.server.runs._output import compact_json
-from cellblock.server.runs._ports import ToolOutcome
+from cellblock.server.catalog import compact_json
+from cellblock.server.runs import LegReport, Runner, ToolOutcome
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc

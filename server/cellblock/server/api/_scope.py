@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from cellblock.server.limits import MAX_SCOPE_ID_CHARS
 from cellblock.v1 import common_pb2
-
-MAX_ID_LENGTH = 256
 
 
 async def require_scope(scope: common_pb2.Scope, context: grpc.aio.ServicerContext) -> tuple[str, str]:
@@ -15,8 +14,8 @@ async def require_scope(scope: common_pb2.Scope, context: grpc.aio.ServicerConte
         value = getattr(scope, field)
         if not value.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} must be a non-empty string")
-        if len(value) > MAX_ID_LENGTH:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} is longer than {MAX_ID_LENGTH} characters")
+        if len(value) > MAX_SCOPE_ID_CHARS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} is longer than {MAX_SCOPE_ID_CHARS} characters")
     return (scope.session_id, scope.agent_run_id)
 
 

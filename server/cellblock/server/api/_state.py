@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.runs._result import make_telemetry
+from cellblock.server.runs import make_telemetry
 
 
 class Admission:

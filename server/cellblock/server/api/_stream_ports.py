@@ -13,12 +13,9 @@ import structlog
 from opentelemetry import trace
 
 from cellblock.server import messages as msg
-from cellblock.server.catalog import _messages as bmsg
-from cellblock.server.catalog._errors import BridgeReplyError
+from cellblock.server.catalog import BridgeReplyError, compact_json
+from cellblock.server.runs import LegPorts, PendingRequest, Run, ToolOutcome
 from cellblock.server.runs._leg import record_tool_outcome, reply_inbox_bytes
-from cellblock.server.runs._output import compact_json
-from cellblock.server.runs._ports import LegPorts, ToolOutcome
-from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import common_pb2
 
@@ -158,7 +155,7 @@ class StreamPorts(LegPorts):
             if kind == "invalid_input":
                 raise BridgeReplyError(outcome.error_message, "input")
             if kind == "blocked":
-                raise BridgeReplyError(bmsg.b09_blocked(label, outcome.error_message), "internal")
+                raise BridgeReplyError(msg.b09(label, outcome.error_message), "internal")
             if kind == "cancelled":
                 raise BridgeReplyError(msg.b19(label), "internal")
             raise BridgeReplyError(outcome.error_message or msg.b11(label), "internal")

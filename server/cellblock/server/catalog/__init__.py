@@ -8,116 +8,35 @@ Typical use::
     view.search("read file", {"limit": 5}, config=config)   # tools.search
     entry = view.resolve("host:core:read", "tools.callValue")
     check_input_contract(entry, {"path": "a.txt"})
+
+Modules by role: ``_registration`` (tool records, SPEC §3.2), ``_entries``, ``_identifiers`` and
+``_convenience`` (ids and names, §7.1, §7.7), ``_catalog`` (the catalog and its guest view),
+``_lookup`` and ``_search`` (§7.5, §7.6), ``_hints`` (§7.4), ``_contracts`` (§8.4), ``_quick_index``,
+``_surface`` and ``_descriptions`` (§4), ``_declarations`` and ``_namespace`` (the ``MCP`` namespace,
+§8.5, §8.6), ``_text`` (compact JSON). This module exports what the other packages use; tests of the
+catalog's internals import the private modules by name (tests/unit/catalog).
 """
 
-from ._catalog import Catalog, CatalogCounters, CatalogView, CounterSnapshot
-from ._contracts import check_input_contract, check_output_contract, compile_schema
-from ._convenience import (
-    RESERVED_CONVENIENCE_NAMES,
-    convenience_names,
-    normalise_tool_name,
-)
-from ._entries import MCP_OPERATIONS, SOURCES, CatalogEntry, McpOperation, Source
-from ._errors import BridgeReplyError, CatalogRegistrationError, Provenance
-from ._hints import (
-    INPUT_LIMITS,
-    OUTPUT_LIMITS,
-    Hint,
-    HintLimits,
-    input_hint,
-    output_hint,
-    render_hint,
-)
-from ._identifiers import (
-    JS_RESERVED_WORDS,
-    SERVER_RESERVED,
-    TOOL_RESERVED,
-    assign_identifiers,
-    server_identifiers,
-    to_identifier,
-)
-from ._lookup import GuestLookup, Helper
-from ._quick_index import QUICK_INDEX_HEADING, quick_index, quick_index_lines
-from ._registration import CONTROL_TOOL_NAMES, Mode, RegisteredTool, parse_tools
-from ._search import SearchIndex, document_tokens, search_limit, tokenize
-from ._surface import (
-    CODE_DESC,
-    COMMAND_DESC,
-    PARAGRAPH_B,
-    PARAGRAPH_C,
-    PARAGRAPH_E,
-    RESTART_DESC,
-    WAIT_DESCRIPTION,
-    exec_description,
-    exec_tool,
-    namespace_section,
-    paragraph_a,
-    paragraph_d,
-    tool_surface,
-    wait_tool,
-)
-from ._text import compact_json, cut_echo, js_trim
+from ._catalog import Catalog, CatalogView
+from ._contracts import check_input_contract, check_output_contract
+from ._declarations import McpNamespace, build_namespace
+from ._entries import CatalogEntry
+from ._errors import BridgeReplyError, CatalogRegistrationError
+from ._surface import exec_description, tool_surface
+from ._text import compact_json, js_trim
 
 __all__ = [
-    "CODE_DESC",
-    "COMMAND_DESC",
-    "CONTROL_TOOL_NAMES",
-    "INPUT_LIMITS",
-    "JS_RESERVED_WORDS",
-    "MCP_OPERATIONS",
-    "OUTPUT_LIMITS",
-    "PARAGRAPH_B",
-    "PARAGRAPH_C",
-    "PARAGRAPH_E",
-    "QUICK_INDEX_HEADING",
-    "RESERVED_CONVENIENCE_NAMES",
-    "RESTART_DESC",
-    "SERVER_RESERVED",
-    "SOURCES",
-    "TOOL_RESERVED",
-    "WAIT_DESCRIPTION",
     "BridgeReplyError",
     "Catalog",
-    "CatalogCounters",
     "CatalogEntry",
     "CatalogRegistrationError",
     "CatalogView",
-    "CounterSnapshot",
-    "GuestLookup",
-    "Helper",
-    "Hint",
-    "HintLimits",
-    "McpOperation",
-    "Mode",
-    "Provenance",
-    "RegisteredTool",
-    "SearchIndex",
-    "Source",
-    "assign_identifiers",
+    "McpNamespace",
+    "build_namespace",
     "check_input_contract",
     "check_output_contract",
     "compact_json",
-    "compile_schema",
-    "convenience_names",
-    "cut_echo",
-    "document_tokens",
     "exec_description",
-    "exec_tool",
-    "input_hint",
     "js_trim",
-    "namespace_section",
-    "normalise_tool_name",
-    "output_hint",
-    "paragraph_a",
-    "paragraph_d",
-    "parse_tools",
-    "quick_index",
-    "quick_index_lines",
-    "render_hint",
-    "search_limit",
-    "server_identifiers",
-    "to_identifier",
-    "tokenize",
     "tool_surface",
-    "wait_tool",
 ]

@@ -15,8 +15,8 @@ import jsonschema
 import jsonschema.validators
 from jsonschema.exceptions import SchemaError, ValidationError
 
+from .. import messages as msg
 from ._errors import BridgeReplyError
-from ._messages import b08_output_contract, b10_input_contract
 from ._text import compact_json
 
 if TYPE_CHECKING:
@@ -299,7 +299,7 @@ def check_input_contract(entry: CatalogEntry, arguments: object) -> None:
         problems = _top_level_problems(entry.parameters, arguments) or (
             f"{_pointer(first.absolute_path)}: {_problem(first)}"
         )
-    raise BridgeReplyError(b10_input_contract(entry.id, problems), "input", code="input_contract")
+    raise BridgeReplyError(msg.b10(entry.id, problems), "input", code="input_contract")
 
 
 def check_output_contract(entry: CatalogEntry, result: object) -> None:
@@ -323,4 +323,4 @@ def check_output_contract(entry: CatalogEntry, result: object) -> None:
         except Exception:  # noqa: BLE001 - an unevaluable schema is a mismatch
             valid = False
     if not valid:
-        raise BridgeReplyError(b08_output_contract(entry.id), "internal")
+        raise BridgeReplyError(msg.b08(entry.id), "internal")

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import (
+from ..limits import (
     HINT_PROPERTY_NAME_MAX_CHARS,
     INPUT_HINT_MAX_CHARS,
     INPUT_HINT_MAX_DEPTH,

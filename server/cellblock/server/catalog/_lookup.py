@@ -7,10 +7,10 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Literal
 
-from ..config import UNKNOWN_ID_SUGGESTIONS
+from .. import messages as msg
+from ..limits import UNKNOWN_ID_SUGGESTIONS
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError
-from ._messages import b04_describe_id, b05_call_id, b06_ambiguous, b07_unknown
 
 __all__ = ["GuestLookup", "Helper"]
 
@@ -51,7 +51,7 @@ class GuestLookup:
                 [B07] for an unknown text, without input provenance.
         """
         if not isinstance(text, str):
-            message = b04_describe_id() if helper == "tools.describe" else b05_call_id(helper)
+            message = msg.B04 if helper == "tools.describe" else msg.b05(helper)
             raise BridgeReplyError(message, "input")
         entry = self._by_id.get(text)
         if entry is not None:
@@ -60,8 +60,8 @@ class GuestLookup:
         if len(matches) == 1:
             return matches[0]
         if matches:
-            raise BridgeReplyError(b06_ambiguous(text, [e.id for e in matches]), "internal")
-        raise BridgeReplyError(b07_unknown(text, self.suggestions(text)), "internal")
+            raise BridgeReplyError(msg.b06(text, [e.id for e in matches]), "internal")
+        raise BridgeReplyError(msg.b07(text, self.suggestions(text)), "internal")
 
     def suggestions(self, text: str) -> list[str]:
         """Returns up to three suggestions for an unknown id text (SPEC §7.6 items 2-3).

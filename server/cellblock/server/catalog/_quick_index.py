@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..config import QUICK_INDEX_MAX_CHARS
+from ..limits import QUICK_INDEX_MAX_CHARS
 from ._entries import CatalogEntry
 from ._text import compact_json
 

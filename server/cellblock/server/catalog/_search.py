@@ -16,10 +16,10 @@ from typing import Any
 
 import bm25s
 
-from ..config import BM25_B, BM25_K1
+from .. import messages as msg
+from ..limits import BM25_B, BM25_K1
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError
-from ._messages import b01_search_query, b02_search_options, b03_search_limit
 from ._text import js_trim
 
 __all__ = ["SearchIndex", "document_tokens", "search_limit", "tokenize"]
@@ -103,7 +103,7 @@ def search_limit(options: object, default_limit: int, max_limit: int) -> int:
     if options is None:
         return default_limit
     if not isinstance(options, Mapping):
-        raise BridgeReplyError(b02_search_options(), "input")
+        raise BridgeReplyError(msg.B02, "input")
     if "limit" not in options:
         return default_limit
     limit: Any = options["limit"]
@@ -111,7 +111,7 @@ def search_limit(options: object, default_limit: int, max_limit: int) -> int:
         isinstance(limit, int) or (isinstance(limit, float) and math.isfinite(limit) and limit.is_integer())
     )
     if not valid or limit <= 0:
-        raise BridgeReplyError(b03_search_limit(), "input")
+        raise BridgeReplyError(msg.B03, "input")
     return min(int(limit), max_limit)
 
 
@@ -174,6 +174,6 @@ class SearchIndex:
             BridgeReplyError: [B01], [B02] or [B03], with input provenance.
         """
         if not isinstance(query, str):
-            raise BridgeReplyError(b01_search_query(), "input")
+            raise BridgeReplyError(msg.B01, "input")
         limit = search_limit(options, default_limit, max_limit)
         return [entry.compact() for entry in self.rank(query)[:limit]]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import DESCRIPTION_MAX_SERVERS, CodeModeConfig
+from ..config import CodeModeConfig
+from ..limits import DESCRIPTION_MAX_SERVERS
 from ._catalog import Catalog, CatalogView
 
 __all__ = [

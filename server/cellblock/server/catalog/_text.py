@@ -1,14 +1,11 @@
-"""Text helpers shared by the catalog: compact JSON, JavaScript trimming and echo cutting."""
+"""Text helpers shared by the catalog: compact JSON and JavaScript trimming."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
-__all__ = ["ECHO_MAX_CHARS", "compact_json", "cut_echo", "is_json_primitive", "js_trim"]
-
-ECHO_MAX_CHARS = 200
-"""Echoed guest text is cut to this many characters (SPEC §14)."""
+__all__ = ["compact_json", "is_json_primitive", "js_trim"]
 
 # ECMAScript WhiteSpace and LineTerminator code points, as String.prototype.trim strips them.
 _JS_WHITESPACE = (
@@ -22,11 +19,6 @@ _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n
 def js_trim(text: str) -> str:
     """Strips leading and trailing whitespace the way JavaScript's ``String.prototype.trim`` does."""
     return text.strip(_JS_WHITESPACE)
-
-
-def cut_echo(text: str) -> str:
-    """Cuts echoed guest text to :data:`ECHO_MAX_CHARS` code points."""
-    return text[:ECHO_MAX_CHARS]
 
 
 def is_json_primitive(value: object) -> bool:

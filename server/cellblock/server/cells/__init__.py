@@ -7,13 +7,12 @@ one-time token (``_bridge``).
 """
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
-from cellblock.server.cells._bridge import MAX_BRIDGE_MESSAGE_BYTES, CellBridge
+from cellblock.server.cells._bridge import CellBridge
 from cellblock.server.cells._docker import DockerExecutor, DockerExecutorConfig, container_options
-from cellblock.server.cells._pool import WarmCell, WarmPool
+from cellblock.server.cells._pool import WarmPool
 from cellblock.server.cells._process import ProcessExecutor
 
 __all__ = [
-    "MAX_BRIDGE_MESSAGE_BYTES",
     "Cell",
     "CellBridge",
     "CellSpec",
@@ -22,7 +21,6 @@ __all__ = [
     "DockerExecutorConfig",
     "Executor",
     "ProcessExecutor",
-    "WarmCell",
     "WarmPool",
     "container_options",
 ]

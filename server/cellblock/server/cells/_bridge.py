@@ -22,9 +22,6 @@ from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 
 SOCKET_NAME = "bridge.sock"
-# Snapshot chunks are 1 MiB; tool results are capped by the reply inbox,
-# checked by the leg before they are sent.
-MAX_BRIDGE_MESSAGE_BYTES = 512 * 1024 * 1024
 
 
 class _Servicer(pb_grpc.BridgeServiceServicer):
@@ -119,8 +116,8 @@ class CellBridge:
 
     async def _start(self) -> None:
         options = [
-            ("grpc.max_send_message_length", MAX_BRIDGE_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_BRIDGE_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
         ]
         server = grpc.aio.server(options=options)
         pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(self), server)

@@ -21,14 +21,13 @@ import structlog
 
 from cellblock.server.cells import CellBridge
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.limits import ATTACH_TIMEOUT_S
 
 log = structlog.get_logger("cellblock.pool")
 
 #: Seconds a warm cell may wait before it is replaced (its agent gives up
 #: waiting for ``start`` after about 90 s).
 MAX_IDLE_S = 60.0
-#: Seconds one cell may take to start and attach before the pool gives up on it.
-ATTACH_TIMEOUT_S = 30.0
 
 
 @dataclass

@@ -20,10 +20,9 @@ import structlog
 from mcp import Client, MCPError, StdioServerParameters
 from mcp_types import INVALID_PARAMS
 
-from cellblock.server.catalog._entries import CatalogEntry
+from cellblock.server.catalog import CatalogEntry, compact_json
 from cellblock.server.mcp._config import McpServerConfig
-from cellblock.server.runs._output import compact_json
-from cellblock.server.runs._ports import ToolOutcome
+from cellblock.server.runs import ToolOutcome
 
 __all__ = ["OPERATION_TOOLS", "McpHub"]
 

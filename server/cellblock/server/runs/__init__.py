@@ -9,18 +9,18 @@ runs and slots). Argument checks and source preparation are ``cellblock.server.s
 from cellblock.server.runs._leg import Leg, LegOutcome
 from cellblock.server.runs._output import OutputBudget, compact_json, normalize_json
 from cellblock.server.runs._ports import LegPorts, ToolOutcome
-from cellblock.server.runs._registry import SUSPENDED_RUN_CAP, RunRegistry
-from cellblock.server.runs._result import completed_result, failed_result, waiting_result
+from cellblock.server.runs._registry import RunRegistry
+from cellblock.server.runs._result import completed_result, failed_result, make_telemetry, waiting_result
 from cellblock.server.runs._runner import LegReport, Runner
-from cellblock.server.runs._state import Run
+from cellblock.server.runs._state import PendingRequest, Run
 
 __all__ = [
-    "SUSPENDED_RUN_CAP",
     "Leg",
     "LegOutcome",
     "LegPorts",
     "LegReport",
     "OutputBudget",
+    "PendingRequest",
     "Run",
     "RunRegistry",
     "Runner",
@@ -28,6 +28,7 @@ __all__ = [
     "compact_json",
     "completed_result",
     "failed_result",
+    "make_telemetry",
     "normalize_json",
     "waiting_result",
 ]

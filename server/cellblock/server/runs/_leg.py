@@ -23,6 +23,7 @@ import structlog
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, CellSpec, CellStartError, Executor, WarmPool
+from cellblock.server.limits import ATTACH_TIMEOUT_S, WATCHDOG_GRACE_MS
 from cellblock.server.logging import error_head
 from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import BridgeReplyError, LegPorts, ToolOutcome
@@ -32,12 +33,10 @@ from cellblock.server.telemetry import LegTrace, end_tool_call, record_bridge_ca
 
 log = structlog.get_logger("cellblock.leg")
 
-WATCHDOG_GRACE_S = 2.0
-ATTACH_TIMEOUT_S = 30.0
 _BRIDGE_ID = re.compile(r"^bridge:([A-Za-z]+):([1-9][0-9]{0,15})$")
 _METHODS = {"search", "describe", "call", "callValue", "namespace", "yield", "timer"}
 _NESTED = {"call", "callValue", "namespace"}
-_CHUNK = 1024 * 1024
+_CHUNK = bpb.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
 
 
 #: Failure kinds whose message is guest text sent as a JSON string literal.
@@ -409,7 +408,7 @@ class Leg:
     async def _settle_loop(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
         run = self.run_
         snapshot_parts: list[bytes] = []
-        kill_at = self.deadline + WATCHDOG_GRACE_S
+        kill_at = self.deadline + WATCHDOG_GRACE_MS / 1000
         while True:
             now = loop.time()
             if now >= self.deadline and not self._suspend_sent and self._host_work():
@@ -485,7 +484,7 @@ class Leg:
 
     def _drain_after_exit(self, code: int, loop: asyncio.AbstractEventLoop) -> LegOutcome | None:
         run = self.run_
-        if code == 124 or (loop.time() >= self.deadline and not self._suspend_sent):
+        if code == bpb.CELL_EXIT_CODE_WATCHDOG or (loop.time() >= self.deadline and not self._suspend_sent):
             self._abandon_dispatched()
             self._log.warning("cell.stopped_at_deadline", exit_code=code)
             return failed("timeout", msg.r05(run.limits.timeout_ms))

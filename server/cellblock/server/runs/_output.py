@@ -13,16 +13,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from cellblock.server.catalog._text import compact_json as _compact_json
+from cellblock.server.catalog import compact_json as _compact_json
+from cellblock.server.limits import OUTPUT_MARKER_RESERVE_BYTES
 
 GUIDANCE = "Output truncated; rerun with narrower arguments or return less data."
 """The ``guidance`` text of every truncation marker (SPEC §9 rule 5)."""
 
 ERROR_TRUNCATED = "[error truncated]"
 """The suffix of a truncated error, or the whole error when nothing else fits (rule 7)."""
-
-MARKER_RESERVE = 256
-"""``K``: bytes of the entry channel kept free for a truncation marker (SPEC §2.3)."""
 
 
 
@@ -179,7 +177,7 @@ class OutputBudget:
             it is omitted, which closes the channel for the rest of the run.
         """
         size = entry_size(entry)
-        if not self.closed and self.spent + size + MARKER_RESERVE <= self.entry_capacity:
+        if not self.closed and self.spent + size + OUTPUT_MARKER_RESERVE_BYTES <= self.entry_capacity:
             self.spent += size
             return True
         self.closed = True

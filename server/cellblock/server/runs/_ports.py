@@ -10,7 +10,7 @@ import abc
 from dataclasses import dataclass
 from typing import Any
 
-from cellblock.server.catalog._errors import BridgeReplyError
+from cellblock.server.catalog import BridgeReplyError
 from cellblock.server.runs._state import PendingRequest, Run
 
 __all__ = ["BridgeReplyError", "LegPorts", "ToolOutcome"]

@@ -11,11 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from cellblock.server.limits import SUSPENDED_RUN_CAP
 from cellblock.server.runs._state import Run
 from cellblock.server.store import InMemorySnapshotStore, SnapshotStore
 from cellblock.server.telemetry import end_open_tool_calls
-
-SUSPENDED_RUN_CAP = 64
 
 
 @dataclass

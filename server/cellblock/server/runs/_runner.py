@@ -23,8 +23,7 @@ from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
 from cellblock.server.runs._state import Run, new_run_id, replay_id
-from cellblock.server.source._input import InputFailure, validate_exec, validate_wait
-from cellblock.server.source._source import prepare_source
+from cellblock.server.source import InputFailure, prepare_source, validate_exec, validate_wait
 from cellblock.server.telemetry import remember_exec_span
 
 log = structlog.get_logger("cellblock.runs")

@@ -6,12 +6,11 @@ role: ``_input`` (exec/wait arguments, §5), ``_source`` (the preparation pipeli
 ``_shell`` (shell detection, §6.4), ``_module_access`` (module access, §6.6).
 """
 
-from cellblock.server.source._input import InputFailure, Language, ValidatedExec, validate_exec, validate_wait
+from cellblock.server.source._input import InputFailure, ValidatedExec, validate_exec, validate_wait
 from cellblock.server.source._source import PreparedSource, prepare_source
 
 __all__ = [
     "InputFailure",
-    "Language",
     "PreparedSource",
     "ValidatedExec",
     "prepare_source",

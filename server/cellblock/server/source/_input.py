@@ -13,12 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from cellblock.server import messages as m
-from cellblock.server.catalog._text import js_trim
-
-Language = Literal["javascript", "typescript"]
-"""A cell language."""
-
-_KNOWN_LANGUAGES: tuple[str, ...] = ("javascript", "typescript")
+from cellblock.server.catalog import js_trim
+from cellblock.server.config import LANGUAGES, Language
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,7 @@ def validate_exec(
     language = arguments.get("language")
     if language is None:
         language = "javascript" if "javascript" in languages else languages[0]
-    elif not isinstance(language, str) or language not in _KNOWN_LANGUAGES:
+    elif not isinstance(language, str) or language not in LANGUAGES:
         return InputFailure(m.E04)
     if language not in languages:
         return InputFailure(m.e05(language))

@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cellblock.server import messages as m
-from cellblock.server.source._input import InputFailure, Language
+from cellblock.server.config import Language
+from cellblock.server.source._input import InputFailure
 from cellblock.server.source._module_access import _uses_modules
 from cellblock.server.source._shell import _looks_like_shell_parsed, looks_like_shell
 from cellblock.server.source._syntax import _parse_checked, _syntax_failure, _Text

@@ -26,7 +26,7 @@ from opentelemetry import metrics
 from cellblock.server.telemetry import _attributes as attr
 
 if TYPE_CHECKING:
-    from cellblock.server.runs._registry import RunRegistry
+    from cellblock.server.runs import RunRegistry
 
 _meter = metrics.get_meter("cellblock.server")
 

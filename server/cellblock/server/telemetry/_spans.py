@@ -30,7 +30,7 @@ from cellblock.server.telemetry import _attributes as attr
 from cellblock.server.telemetry import _metrics
 
 if TYPE_CHECKING:
-    from cellblock.server.runs._state import PendingRequest, Run
+    from cellblock.server.runs import PendingRequest, Run
 
 _tracer = trace.get_tracer("cellblock.server")
 

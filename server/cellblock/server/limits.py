@@ -1,0 +1,128 @@
+"""Fixed limits and constants of the service: one home for each (SPEC §2.3).
+
+The first part is the table of SPEC §2.3, in its order; the second holds the service's other fixed
+limits. Sizes shared with the guest agent (snapshot chunk, largest bridge message) and the cell's
+exit codes are enums of the bridge proto (``cellblock.bridge.v1.BridgeLimit`` and ``CellExitCode``),
+so that host and guest read one definition. Settings a deployment chooses are in
+:mod:`cellblock.server.config`.
+"""
+
+from __future__ import annotations
+
+# --- SPEC §2.3 ------------------------------------------------------------------------------
+
+SUSPENDED_RUN_CAP = 64
+"""Suspended (or tool-waiting) runs allowed per service instance; quoted by [R01]."""
+
+WATCHDOG_GRACE_MS = 2000
+"""Grace after a leg's deadline before the watchdog kills the cell, in milliseconds."""
+
+QUICK_INDEX_MAX_CHARS = 8000
+"""Upper bound of the quick index block, in characters (code points)."""
+
+INPUT_HINT_MAX_CHARS = 300
+"""Longest input hint, in characters."""
+
+INPUT_HINT_MAX_DEPTH = 4
+"""Schema depth at which input hint rendering stops."""
+
+INPUT_HINT_MAX_PROPERTIES = 16
+"""Most properties rendered per object in an input hint."""
+
+OUTPUT_HINT_MAX_CHARS = 850
+"""Longest output hint, in characters."""
+
+OUTPUT_HINT_MAX_DEPTH = 6
+"""Schema depth at which output hint rendering stops."""
+
+OUTPUT_HINT_MAX_PROPERTIES = 20
+"""Most properties rendered per object in an output hint."""
+
+HINT_PROPERTY_NAME_MAX_CHARS = 128
+"""Longest property name a hint renders, in characters."""
+
+STRUCTURAL_UNION_MAX_VARIANTS = 4
+"""Most variants of a structural (non-literal) union in a hint."""
+
+LITERAL_UNION_MAX_VALUES = 8
+"""Most values of a literal union in a hint."""
+
+LITERAL_UNION_MAX_CHARS = 96
+"""Longest literal union text in a hint, in characters."""
+
+SYNTAX_ERROR_MESSAGE_MAX_CHARS = 240
+"""Parser message kept in a syntax error ([S02], SPEC §6.5), in characters."""
+
+UNKNOWN_ID_SUGGESTIONS = 3
+"""Suggestions named by an unknown-tool reply."""
+
+USER_STACK_FRAMES = 10
+"""User stack frames kept in an error (SPEC §8.10). Applied in the guest's ``controller.js``, which
+cannot import Python: its literal must equal this (tests/unit/test_limits.py checks it)."""
+
+DESCRIPTION_MAX_SERVERS = 20
+"""MCP servers named in the exec description's namespace section."""
+
+OUTPUT_MARKER_RESERVE_BYTES = 256
+"""Bytes of the output budget reserved for truncation markers."""
+
+BM25_K1 = 1.2
+"""BM25 term-frequency saturation parameter."""
+
+BM25_B = 0.75
+"""BM25 document-length normalisation parameter."""
+
+
+def min_resume_budget_ms(timeout_ms: int) -> int:
+    """Returns the minimum resume budget of a leg.
+
+    Args:
+        timeout_ms: The run's per-leg timeout in milliseconds.
+
+    Returns:
+        ``min(250, max(1, floor(timeout_ms / 2)))`` in milliseconds.
+    """
+    return min(250, max(1, timeout_ms // 2))
+
+
+def value_reserve_bytes(max_output_bytes: int) -> int:
+    """Returns the part of the output budget reserved for the value or error.
+
+    Args:
+        max_output_bytes: The run's output budget in bytes.
+
+    Returns:
+        ``floor(max_output_bytes / 4)`` bytes.
+    """
+    return max_output_bytes // 4
+
+
+def reply_inbox_bytes(memory_limit_bytes: int, max_snapshot_bytes: int) -> int:
+    """Returns the largest bridge payload accepted in either direction.
+
+    Args:
+        memory_limit_bytes: The run's cell memory limit in bytes.
+        max_snapshot_bytes: The run's snapshot limit in bytes.
+
+    Returns:
+        ``min(memory_limit_bytes, max_snapshot_bytes)`` bytes.
+    """
+    return min(memory_limit_bytes, max_snapshot_bytes)
+
+
+# --- Other fixed limits ---------------------------------------------------------------------
+
+ECHO_MAX_CHARS = 200
+"""Guest text echoed in a message (a path, id, name or selector), in characters (SPEC §14)."""
+
+ATTACH_TIMEOUT_S = 30.0
+"""How long the host waits for a started cell to attach to its bridge, in seconds."""
+
+MAX_API_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest gRPC message of the public API, either direction, in bytes."""
+
+MAX_TOOLS_PER_REQUEST = 10_000
+"""Most tools one catalog registration request may carry."""
+
+MAX_SCOPE_ID_CHARS = 256
+"""Longest scope field (session, agent run, turn id), in characters."""
