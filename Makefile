@@ -86,9 +86,11 @@ proto-check: npm-deps ## Fail when the generated code of proto/ is stale; buf li
 	cd proto && ../node_modules/.bin/buf lint
 
 .PHONY: lint
-lint: pydeps npm-deps ## ruff, mypy and buf lint
-	$(PYTHON) -m ruff check server client sandbox-image/guest tests examples bench
+lint: pydeps npm-deps ## ruff (with C901, Google docstrings), mypy --strict, import-linter, module size, buf lint
+	$(PYTHON) -m ruff check server client sandbox-image/guest tests examples bench scripts
 	MYPYPATH=$(DEV_PYTHONPATH) $(PYTHON) -m mypy
+	PYTHONPATH=$(DEV_PYTHONPATH):scripts $(PYTHON) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())" --no-cache
+	$(PYTHON) scripts/check_module_size.py
 	cd proto && ../node_modules/.bin/buf lint
 
 .PHONY: test

@@ -29,7 +29,7 @@ from bench.exec_latency import percentile
 from cellblock.server.catalog import Catalog, exec_description
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.mcp import McpHub, parse_mcp_servers
-from examples.handlers import load_tools
+from examples.data import load_tools
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ["shipping list", "create entities", "current time", "invoice", "read graph", "convert time zone", "list customers", "search nodes", "quote", "stock"]

@@ -33,7 +33,8 @@ from cellblock.server.app import ServerSettings, start_service
 from cellblock.server.logging import configure_logging
 from cellblock.server.telemetry import trace as trace_cli
 from cellblock.server.telemetry.sdk import configure_telemetry
-from examples.handlers import HANDLERS, PROGRAMS_DIR, load_tools
+from examples.data import PROGRAMS_DIR, load_tools
+from examples.handlers import HANDLERS
 
 ENGAGED_MODEL = "anthropic/claude-opus-5"
 PLAIN_MODEL = "example/plain-model-1"

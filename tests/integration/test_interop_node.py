@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from cellblock.client import CellblockClient, Scope
-from examples.handlers import HANDLERS, load_tools, program
+from examples.data import load_tools, program
+from examples.handlers import HANDLERS
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ runs with `wait`::
 Errors: see `cellblock.client._errors` for the exception tree.
 """
 
-from cellblock.client._client import CellblockClient, OutputCallback, ToolHandler
+from cellblock.client._client import CellblockClient
 from cellblock.client._errors import (
     CellblockError,
     DeadlineExceededError,
@@ -32,14 +32,9 @@ from cellblock.client._errors import (
     UnavailableError,
     from_grpc_error,
 )
-from cellblock.client._types import (
+from cellblock.client._legs import OutputCallback, ToolHandler
+from cellblock.client._results import (
     BridgeCallCounts,
-    Catalog,
-    CatalogEntry,
-    CatalogPage,
-    CatalogSummary,
-    CatalogTelemetry,
-    DeleteCatalogResult,
     LimitOverrides,
     OutputEntry,
     PendingToolCall,
@@ -47,12 +42,20 @@ from cellblock.client._types import (
     RunMetadata,
     RunPage,
     RunResult,
-    Scope,
-    ScopeLike,
     SourceCounts,
     Telemetry,
-    Tool,
     ToolCallInfo,
+)
+from cellblock.client._types import (
+    Catalog,
+    CatalogEntry,
+    CatalogPage,
+    CatalogSummary,
+    CatalogTelemetry,
+    DeleteCatalogResult,
+    Scope,
+    ScopeLike,
+    Tool,
     ToolDefinition,
     ToolSurface,
 )

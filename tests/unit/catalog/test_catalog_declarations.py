@@ -9,12 +9,12 @@ import pytest
 from cellblock.server.catalog import Catalog
 from cellblock.server.catalog._declarations import (
     ROOT_NOTE,
-    build_namespace,
     declaration_type,
     render_index,
     server_note,
     tool_parameters,
 )
+from cellblock.server.catalog._namespace import build_namespace
 
 
 def mcp(owner: str, name: str, **extra: Any) -> dict[str, Any]:

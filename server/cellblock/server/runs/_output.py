@@ -23,7 +23,6 @@ ERROR_TRUNCATED = "[error truncated]"
 """The suffix of a truncated error, or the whole error when nothing else fits (rule 7)."""
 
 
-
 class NotSerializableError(ValueError):
     """A value cannot be written as compact JSON (for example, nesting too deep)."""
 

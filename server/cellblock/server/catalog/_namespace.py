@@ -1,0 +1,160 @@
+"""The ``MCP`` namespace map, its ``API`` files and ``$api()`` data (SPEC §8.5–8.7).
+
+Everything here is computed from a run's catalog view when the run starts and handed to the
+cell as data: the guest builds ``MCP`` and answers ``API.*`` and ``$api()`` from it without a
+bridge request, and the host keeps :attr:`McpNamespace.paths` to accept ``namespace``
+requests (SPEC §8.5 item 7). The declaration texts come from :mod:`._declarations`.
+
+Typical use::
+
+    ns = build_namespace(view.entries)
+    ns.paths["memory.createEntities"]        # -> "mcp:memory:create_entities"
+    ns.api_files()                           # [{path, description, content, bytes}, ...]
+    ns.guest_data()                          # the cell's ``mcp`` data
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from ._declarations import INDEX_DESCRIPTION, OPERATION_PATHS, ROOT_NOTE, McpServer, McpTool, render_index, render_server, server_note
+from ._entries import CatalogEntry
+from ._identifiers import TOOL_RESERVED, assign_identifiers, server_identifiers
+
+__all__ = ["McpNamespace", "build_namespace"]
+
+log = structlog.get_logger("cellblock.catalog")
+
+
+def _file(path: str, description: str, content: str) -> dict[str, Any]:
+    return {"path": path, "description": description, "content": content, "bytes": len(content.encode("utf-8", "surrogatepass"))}
+
+
+@dataclass(frozen=True)
+class McpNamespace:
+    """The ``MCP`` namespace of one catalog view.
+
+    Attributes:
+        servers: Servers in identifier order.
+        paths: Bridge path (``<server>.<method>``) -> catalog id, the run's namespace map.
+    """
+
+    servers: tuple[McpServer, ...] = ()
+    paths: dict[str, str] = field(default_factory=dict)
+
+    def index_content(self) -> str:
+        """The content of ``mcp/index.d.ts`` (``""`` without servers)."""
+        return render_index([s.identifier for s in self.servers]) if self.servers else ""
+
+    def api_files(self) -> list[dict[str, Any]]:
+        """The ``API`` files (SPEC §8.6 item 1): none without servers.
+
+        Returns:
+            ``[{path, description, content, bytes}]``: ``mcp/index.d.ts``, then one file per
+            server in identifier order.
+        """
+        if not self.servers:
+            return []
+        files = [_file("mcp/index.d.ts", INDEX_DESCRIPTION, self.index_content())]
+        for server in self.servers:
+            files.append(_file(server.file_path, f"MCP server declaration for {server.name}.", render_server(server.identifier, server.tools)))
+        return files
+
+    def guest_data(self) -> dict[str, Any] | None:
+        """The ``mcp`` data the cell builds ``MCP`` and answers ``$api()`` from.
+
+        Returns:
+            ``None`` without servers, else ``{root: {header, servers, note}, servers: [...]}``
+            where each server has ``identifier``, ``serverName``, ``header``, ``note``,
+            ``tools`` (``$api`` summaries plus ``bridgePath``, ``parameters``, ``required`` and
+            ``defaults`` as ``[name, value]`` pairs) and ``selectors`` (selector text ->
+            ``{tools: [indexes], header}``).
+        """
+        if not self.servers:
+            return None
+        servers = []
+        for server in self.servers:
+            tools = []
+            for t in server.tools:
+                item = t.summary()
+                item["bridgePath"] = t.path[len("MCP.") :]
+                item["parameters"] = {} if t.parameters is None else t.parameters
+                schema = t.parameters if isinstance(t.parameters, dict) else {}
+                raw_required = schema.get("required")
+                item["required"] = list(dict.fromkeys(r for r in raw_required if isinstance(r, str))) if isinstance(raw_required, list) else []
+                props = schema.get("properties")
+                item["defaults"] = (
+                    [[name, sub["default"]] for name, sub in props.items() if isinstance(sub, dict) and "default" in sub] if isinstance(props, dict) else []
+                )
+                tools.append(item)
+            selectors: dict[str, dict[str, Any]] = {}
+            for t in server.tools:
+                for text in (t.method, t.path, t.mcp_tool):
+                    if text in selectors:
+                        continue
+                    chosen = [i for i, u in enumerate(server.tools) if text in (u.method, u.path, u.mcp_tool)]
+                    selectors[text] = {"tools": chosen, "header": render_server(server.identifier, [server.tools[i] for i in chosen])}
+            servers.append(
+                {
+                    "identifier": server.identifier,
+                    "serverName": server.name,
+                    "header": render_server(server.identifier, server.tools),
+                    "note": server_note(server.identifier),
+                    "tools": tools,
+                    "selectors": selectors,
+                }
+            )
+        root = {
+            "header": self.index_content(),
+            "servers": [{"identifier": s.identifier, "serverName": s.name, "toolCount": len(s.tools)} for s in self.servers],
+            "note": ROOT_NOTE,
+        }
+        return {"root": root, "servers": servers}
+
+
+def build_namespace(entries: Iterable[CatalogEntry]) -> McpNamespace:
+    """Builds the ``MCP`` namespace from catalog entries (SPEC §8.5 items 1-4).
+
+    Servers are the distinct owners of ``mcp`` entries in server-name order; a server's
+    entries are taken in id order. ``tool`` entries get unique tool identifiers; other
+    operations sit at their fixed paths, the first entry by id winning (others are left out
+    and logged).
+
+    Args:
+        entries: Catalog entries (other sources are ignored).
+
+    Returns:
+        The namespace (empty without ``mcp`` entries).
+    """
+    mcp = sorted((e for e in entries if e.source == "mcp"), key=lambda e: e.id)
+    if not mcp:
+        return McpNamespace()
+    idents = server_identifiers(e.owner for e in mcp)
+    servers: list[McpServer] = []
+    paths: dict[str, str] = {}
+    for name, ident in idents.items():
+        own = [e for e in mcp if e.owner == name]
+        plain = [e for e in own if (e.operation or "tool") == "tool"]
+        methods = dict(zip((e.id for e in plain), assign_identifiers((e.name for e in plain), reserved=TOOL_RESERVED, fallback="tool"), strict=True))
+        taken_ops: set[str] = set()
+        tools: list[McpTool] = []
+        for e in own:
+            op = e.operation or "tool"
+            if op == "tool":
+                method = methods[e.id]
+            else:
+                if op in taken_ops:
+                    log.warning("mcp.operation_duplicate", server=name, operation=op, entry_id=e.id)
+                    continue
+                taken_ops.add(op)
+                method = OPERATION_PATHS[op]
+            tool = McpTool(e.id, method, f"MCP.{ident}.{method}", e.name, op, e.description, e.parameters)
+            tools.append(tool)
+            paths[f"{ident}.{method}"] = e.id
+        servers.append(McpServer(name, ident, tuple(tools)))
+    servers.sort(key=lambda s: s.identifier)
+    return McpNamespace(tuple(servers), paths)
