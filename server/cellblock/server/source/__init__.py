@@ -6,13 +6,11 @@ role: ``_input`` (exec/wait arguments, §5), ``_source`` (the preparation pipeli
 ``_shell`` (shell detection, §6.4), ``_module_access`` (module access, §6.6).
 """
 
-from cellblock.server.source._input import InputFailure, ValidatedExec, validate_exec, validate_wait
-from cellblock.server.source._source import PreparedSource, prepare_source
+from cellblock.server.source._input import InputFailure, validate_exec, validate_wait
+from cellblock.server.source._source import prepare_source
 
 __all__ = [
     "InputFailure",
-    "PreparedSource",
-    "ValidatedExec",
     "prepare_source",
     "validate_exec",
     "validate_wait",
