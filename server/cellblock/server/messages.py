@@ -1,6 +1,8 @@
 """Exact model-facing message texts of SPEC §14: the one home of every §14 text.
 
-Every text here is normative: tests compare them byte for byte. One naming scheme: the
+Every text here is normative: tests compare them byte for byte. The texts only the guest
+produces ([B13], [B15], [B22], and [B14] when the guest refuses first) are written in
+``controller.js``, which cannot import Python; integration and guest tests compare them. One naming scheme: the
 SPEC id in upper case (``E01``, ``B04``) for a fixed text, in lower case (``e05()``,
 ``b07()``) for a function that fills a text's placeholders. Echoed guest text (`<text>`,
 `<name>`, `<path>`, `<selector>`, and the `<tool>` of R03) is cut to
@@ -329,18 +331,6 @@ def not_json(tool_id: str) -> str:
 
 
 
-def b13(max_pending_tool_calls: int) -> str:
-    """Returns [B13] for a request over the pending cap.
-
-    Args:
-        max_pending_tool_calls: The run's ``maxPendingToolCalls``.
-    """
-    return (
-        f"too many pending host calls (limit {max_pending_tool_calls}); await some before "
-        "starting more."
-    )
-
-
 def b14(path: str) -> str:
     """Returns [B14] for a namespace call whose argument is not one plain object.
 
@@ -348,16 +338,6 @@ def b14(path: str) -> str:
         path: The guest path, such as ``MCP.github.createIssue``; cut to 200 characters.
     """
     return f"{echo(path)} takes a single object argument."
-
-
-def b15(path: str, names: list[str]) -> str:
-    """Returns [B15] for a namespace call missing required arguments.
-
-    Args:
-        path: The guest path; cut to 200 characters.
-        names: The missing argument names in schema order.
-    """
-    return f"{echo(path)} is missing required argument(s): {', '.join(names)}."
 
 
 def b19(tool_id: str) -> str:
@@ -368,20 +348,6 @@ def b19(tool_id: str) -> str:
             200 characters.
     """
     return f'Tool "{echo(tool_id)}" was cancelled before it returned.'
-
-
-def b22(method: str, request_bytes: int, inbox_bytes: int) -> str:
-    """Returns [B22] for a bridge request whose arguments exceed the reply inbox.
-
-    Args:
-        method: The bridge method, such as ``"callValue"``.
-        request_bytes: Size of the request's compact JSON arguments in bytes.
-        inbox_bytes: The reply inbox size in bytes (SPEC §2.3).
-    """
-    return (
-        f"this {method} request is {request_bytes} bytes, more than the bridge accepts "
-        f"({inbox_bytes} bytes); send less data."
-    )
 
 
 # §14.5 Bridge protocol (logged as errors; the request is rejected).

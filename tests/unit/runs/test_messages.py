@@ -35,10 +35,6 @@ def test_placeholders() -> None:
         "snapshot limit exceeded: the suspended program needs 11 bytes, more than "
         "maxSnapshotBytes (10). Keep less data alive across awaits."
     )
-    assert m.b13(16) == "too many pending host calls (limit 16); await some before starting more."
-    assert m.b22("callValue", 9, 8) == (
-        "this callValue request is 9 bytes, more than the bridge accepts (8 bytes); send less data."
-    )
     assert m.p03("bridge:call:1") == "duplicate bridge id: bridge:call:1"
 
 

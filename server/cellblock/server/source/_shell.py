@@ -182,7 +182,6 @@ def _followed_by_lone_dot(after: str) -> bool:
 _NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 _NAME_CHARS = _NAME_START | frozenset("0123456789")
 _WORD_CHARS = _NAME_CHARS | frozenset(".+-@%")
-_HORIZONTAL = " \t\v\f\u00a0\ufeff"
 _ARGUMENT_START = frozenset("-/.~'\"$\\@")
 _OPERATOR_PREFIXES = (">>", ">", "<", "||", "|", "&&", "2>", "&>")
 

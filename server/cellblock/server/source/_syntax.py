@@ -109,10 +109,6 @@ class _Text:
         return line, column
 
 
-def _utf16_len(text: str) -> int:
-    return sum(2 if ord(ch) > 0xFFFF else 1 for ch in text)
-
-
 # ---------------------------------------------------------------------------
 # Tree helpers (iterative: trees can be deeper than Python's recursion limit).
 
@@ -195,13 +191,6 @@ def _first_problem_node(root: tree_sitter.Node, allow_jsx: bool) -> tree_sitter.
         if not allow_jsx and node.type.startswith("jsx_"):
             return node
     return None
-
-
-def _content_end(text: _Text) -> int:
-    end = len(text.data)
-    while end > 0 and text.data[end - 1 : end].isspace():
-        end -= 1
-    return end
 
 
 _BREAK_BYTES = (b"\n", b"\r", "\u2028".encode(), "\u2029".encode())

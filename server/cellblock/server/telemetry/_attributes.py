@@ -34,7 +34,6 @@ __all__ = [
     "TOOL_CALL_STATUS",
     "TOOL_ID",
     "TOOL_SOURCE",
-    "WAIT_TOOL_CALL_ID",
 ]
 
 #: The run id (``run_`` plus 32 hex digits).
@@ -45,8 +44,6 @@ SESSION_ID = "cellblock.session.id"
 AGENT_RUN_ID = "cellblock.agent_run.id"
 #: The exec's model tool-call id.
 TOOL_CALL_ID = "cellblock.tool_call.id"
-#: The wait's model tool-call id.
-WAIT_TOOL_CALL_ID = "cellblock.wait.tool_call.id"
 #: ``exec`` or ``wait``.
 RPC_KIND = "cellblock.rpc.kind"
 #: The cell id (``cell_`` plus 16 hex digits).
