@@ -1,4 +1,4 @@
-"""Fails when a Python module of the repo is longer than 450 lines (CONTRIBUTING: split by role).
+"""Fails when a Python module of the repo is longer than 450 lines (house style: split it by role).
 
 Usage: ``python scripts/check_module_size.py [--max N]``; ``make lint`` runs it. Generated
 protobuf code is exempt, and so is ``server/cellblock/server/runs/`` until structure-types'
