@@ -191,23 +191,16 @@ def _search(pattern: str, text: str) -> bool:
         return False
 
 
-def _problem(error: ValidationError) -> str:
-    """Describes one validation error in words."""
-    keyword = error.validator
-    value: Any = error.validator_value
-    schema: Any = error.schema if isinstance(error.schema, Mapping) else {}
-    instance = error.instance
-    if keyword == "type":
-        types = [value] if isinstance(value, str) else [str(item) for item in value] if isinstance(value, list) else []
-        if schema.get("nullable") is True and "null" not in types:
-            types.append("null")
-        return "must be " + " or ".join(types) if types else "has the wrong type"
-    if keyword == "enum":
-        listed = _json_list(value)
-        return f"must be one of {listed}" if listed else "must be one of the allowed values"
-    if keyword == "const":
-        shown = _json_list(value)
-        return f"must equal {shown}" if shown else "must equal the allowed value"
+def _type_problem(value: Any, schema: Any) -> str:
+    """The ``type`` problem: the allowed types (``null`` too under ``nullable``)."""
+    types = [value] if isinstance(value, str) else [str(item) for item in value] if isinstance(value, list) else []
+    if schema.get("nullable") is True and "null" not in types:
+        types.append("null")
+    return "must be " + " or ".join(types) if types else "has the wrong type"
+
+
+def _property_problem(keyword: str, value: Any, schema: Any, instance: Any) -> str | None:
+    """The ``required``/``additionalProperties`` problem naming the first property, else ``None``."""
     if keyword == "required" and isinstance(instance, Mapping) and isinstance(value, list):
         missing = [name for name in value if isinstance(name, str) and name not in instance]
         if missing:
@@ -216,6 +209,25 @@ def _problem(error: ValidationError) -> str:
         extras = _extra_properties(instance, schema)
         if extras:
             return f"unexpected property {compact_json(extras[0][:200])}"
+    return None
+
+
+def _problem(error: ValidationError) -> str:
+    """Describes one validation error in words."""
+    keyword = error.validator
+    value: Any = error.validator_value
+    schema: Any = error.schema if isinstance(error.schema, Mapping) else {}
+    if keyword == "type":
+        return _type_problem(value, schema)
+    if keyword == "enum":
+        listed = _json_list(value)
+        return f"must be one of {listed}" if listed else "must be one of the allowed values"
+    if keyword == "const":
+        shown = _json_list(value)
+        return f"must equal {shown}" if shown else "must equal the allowed value"
+    named = _property_problem(keyword, value, schema, error.instance)
+    if named is not None:
+        return named
     bounds = {
         "minLength": "must have at least {} characters",
         "maxLength": "must have at most {} characters",
