@@ -95,3 +95,14 @@ def test_typescript_import_type_is_stripped_not_module_access() -> None:
 
 def test_typescript_value_import_is_module_access() -> None:
     assert prepare_source('import { type A, b } from "x"', "typescript") == InputFailure(m.S04)
+
+
+@pytest.mark.parametrize("escape", ["\\u{FFFFFFFFFFFFFFFFFFFFFFFF}", "\\u{110000}"])
+def test_an_escape_naming_no_code_point_is_kept_not_raised(escape: str) -> None:
+    # Hostile input: a code point past int range used to raise OverflowError out of prepare_source.
+    source = f'return globalThis["{escape}"]'
+    assert prepare_source(source, "javascript") == PreparedSource(text=source, language="javascript")
+
+
+def test_a_hex_escape_still_spells_a_forbidden_member() -> None:
+    assert prepare_source('return module["requ\\x69re"]', "javascript") == InputFailure(m.S04)

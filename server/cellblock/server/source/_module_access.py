@@ -10,6 +10,28 @@ from cellblock.server.source._syntax import _Text, _token_text, _walk
 # Module access (§6.6).
 
 
+def _hex_escape(raw: str, i: int) -> tuple[str, int] | None:
+    r"""Decodes the ``\u{...}``, ``\uXXXX`` or ``\xXX`` escape at ``raw[i]``.
+
+    Returns:
+        ``(character, index after the escape)``, or ``None`` when the digits do not name a
+        code point (the caller then keeps the letter, as for an unknown escape).
+    """
+    if raw[i + 1] == "u" and raw.startswith("{", i + 2):
+        close = raw.find("}", i + 3)
+        if close < 0:
+            return None
+        digits, end = raw[i + 3 : close], close + 1
+    elif raw[i + 1] == "u":
+        digits, end = raw[i + 2 : i + 6], i + 6
+    else:
+        digits, end = raw[i + 2 : i + 4], i + 4
+    try:
+        return chr(int(digits, 16)), end
+    except (ValueError, OverflowError):
+        return None
+
+
 def _decode_escapes(raw: str) -> str:
     """Decodes JavaScript escape sequences of an identifier or string literal body."""
     if "\\" not in raw:
@@ -24,29 +46,12 @@ def _decode_escapes(raw: str) -> str:
             i += 1
             continue
         nxt = raw[i + 1]
-        if nxt == "u" and raw.startswith("{", i + 2):
-            close = raw.find("}", i + 3)
-            if close > 0:
-                try:
-                    out.append(chr(int(raw[i + 3 : close], 16)))
-                    i = close + 1
-                    continue
-                except ValueError:
-                    pass
-        elif nxt == "u":
-            try:
-                out.append(chr(int(raw[i + 2 : i + 6], 16)))
-                i += 6
+        if nxt in ("u", "x"):
+            decoded = _hex_escape(raw, i)
+            if decoded is not None:
+                out.append(decoded[0])
+                i = decoded[1]
                 continue
-            except ValueError:
-                pass
-        elif nxt == "x":
-            try:
-                out.append(chr(int(raw[i + 2 : i + 4], 16)))
-                i += 4
-                continue
-            except ValueError:
-                pass
         elif nxt in "\r\n\u2028\u2029":
             i += 2
             if nxt == "\r" and raw.startswith("\n", i):
