@@ -191,7 +191,7 @@ def _search(pattern: str, text: str) -> bool:
         return False
 
 
-def _type_problem(value: Any, schema: Any) -> str:
+def _type_problem(value: object, schema: Mapping[str, Any]) -> str:
     """The ``type`` problem: the allowed types (``null`` too under ``nullable``)."""
     types = [value] if isinstance(value, str) else [str(item) for item in value] if isinstance(value, list) else []
     if schema.get("nullable") is True and "null" not in types:
@@ -199,7 +199,7 @@ def _type_problem(value: Any, schema: Any) -> str:
     return "must be " + " or ".join(types) if types else "has the wrong type"
 
 
-def _property_problem(keyword: str, value: Any, schema: Any, instance: Any) -> str | None:
+def _property_problem(keyword: str, value: object, schema: Mapping[str, Any], instance: object) -> str | None:
     """The ``required``/``additionalProperties`` problem naming the first property, else ``None``."""
     if keyword == "required" and isinstance(instance, Mapping) and isinstance(value, list):
         missing = [name for name in value if isinstance(name, str) and name not in instance]

@@ -184,7 +184,7 @@ def _render_union(schema: Mapping[str, Any], depth: int, limits: HintLimits) -> 
 def _union_of(variants: Any, depth: int, limits: HintLimits) -> Hint:
     """Renders each variant at ``depth + 1`` (SPEC §7.4 rules 4 and 7).
 
-    Any incomplete variant gives ``unknown``; else the distinct texts in order joined by `` | ``.
+    An incomplete variant gives ``unknown``; else the distinct texts in order joined by `` | ``.
     """
     texts: list[str] = []
     for variant in variants:
