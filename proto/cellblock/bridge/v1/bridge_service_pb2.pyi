@@ -214,6 +214,7 @@ class GuestRequest(_message.Message):
     METHOD_FIELD_NUMBER: _builtins.int
     ARGS_JSON_FIELD_NUMBER: _builtins.int
     REFUSAL_FIELD_NUMBER: _builtins.int
+    REFUSED_COUNT_FIELD_NUMBER: _builtins.int
     bridge_id: _builtins.str
     """`bridge:<method>:<n>`; `<n>` counts the run's requests of that method
     from 1 across legs. Malformed ids are rejected (P02), reused ids too (P03).
@@ -232,6 +233,11 @@ class GuestRequest(_message.Message):
     its promise; the host records the rejection (SPEC §8.2 item 6) and never
     dispatches it.
     """
+    refused_count: _builtins.int
+    """With `refusal` set: the message stands for this many consecutive bridge
+    ids of `method`, from `bridge_id` on (0 means 1). A flood of refused
+    requests crosses as one message.
+    """
     def __init__(
         self,
         *,
@@ -239,10 +245,11 @@ class GuestRequest(_message.Message):
         method: _builtins.str = ...,
         args_json: _builtins.str = ...,
         refusal: Global___GuestRefusal.ValueType = ...,
+        refused_count: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["args_json", b"args_json", "bridge_id", b"bridge_id", "method", b"method", "refusal", b"refusal"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["args_json", b"args_json", "bridge_id", b"bridge_id", "method", b"method", "refusal", b"refusal", "refused_count", b"refused_count"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -274,8 +281,11 @@ Global___GuestOutput: _TypeAlias = GuestOutput  # noqa: Y015
 
 @_typing.final
 class OutputOmission(_message.Message):
-    """OutputOmission summarises output entries the controller omitted in this
-    leg after the output channel closed.
+    """OutputOmission summarises output entries the controller omitted after the
+    output channel closed, since its previous OutputOmission of the leg. The
+    guest sends one with each batch of messages that follows an omission, so
+    the host knows of every omission that happened before the leg ended, also
+    when the VM was interrupted, ran out of memory or trapped.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -284,12 +294,12 @@ class OutputOmission(_message.Message):
     OMITTED_BYTES_FIELD_NUMBER: _builtins.int
     FIRST_OMITTED_CONTENT_FIELD_NUMBER: _builtins.int
     omitted_entries: _builtins.int
-    """Entries omitted in this leg."""
+    """Entries omitted since the previous OutputOmission of this leg."""
     omitted_bytes: _builtins.int
-    """Total compact-JSON size in bytes of the omitted entries."""
+    """Total compact-JSON size in bytes of those entries."""
     first_omitted_content: _builtins.str
     """The first omitted entry's content (a `text` entry's text, a `json`
-    entry's compact JSON), cut UTF-8-safely to at most the budget's entry
+    entry's compact JSON), in the leg's first OutputOmission only, cut UTF-8-safely to at most the budget's entry
     share `maxOutputBytes - floor(maxOutputBytes / 4)` bytes, written as a
     JSON string literal (lone surrogates stay escapes); SPEC §9 rule 5 takes
     the marker's prefix from it.
@@ -402,7 +412,6 @@ class LegEnd(_message.Message):
     COMPLETED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     SUSPENDED_FIELD_NUMBER: _builtins.int
-    OMISSION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def completed(self) -> Global___Completed:
         """The program returned."""
@@ -415,21 +424,16 @@ class LegEnd(_message.Message):
     def suspended(self) -> Global___Suspended:
         """The VM was serialised at the host's request."""
 
-    @_builtins.property
-    def omission(self) -> Global___OutputOmission:
-        """Output the controller omitted in this leg; unset when none."""
-
     def __init__(
         self,
         *,
         completed: Global___Completed | None = ...,
         failed: Global___Failed | None = ...,
         suspended: Global___Suspended | None = ...,
-        omission: Global___OutputOmission | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "failed", b"failed", "omission", b"omission", "outcome", b"outcome", "suspended", b"suspended"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "failed", b"failed", "outcome", b"outcome", "suspended", b"suspended"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "failed", b"failed", "omission", b"omission", "outcome", b"outcome", "suspended", b"suspended"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "failed", b"failed", "outcome", b"outcome", "suspended", b"suspended"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["completed", "failed", "suspended"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
@@ -499,6 +503,7 @@ class AttachRequest(_message.Message):
     SNAPSHOT_CHUNK_FIELD_NUMBER: _builtins.int
     END_FIELD_NUMBER: _builtins.int
     IDLE_FIELD_NUMBER: _builtins.int
+    OMISSION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello:
         """First message."""
@@ -523,6 +528,10 @@ class AttachRequest(_message.Message):
     def idle(self) -> Global___Idle:
         """The guest waits on host work."""
 
+    @_builtins.property
+    def omission(self) -> Global___OutputOmission:
+        """Output entries the controller omitted since its previous omission."""
+
     def __init__(
         self,
         *,
@@ -532,12 +541,13 @@ class AttachRequest(_message.Message):
         snapshot_chunk: Global___SnapshotChunk | None = ...,
         end: Global___LegEnd | None = ...,
         idle: Global___Idle | None = ...,
+        omission: Global___OutputOmission | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "idle", b"idle", "message", b"message", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "idle", b"idle", "message", b"message", "omission", b"omission", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "idle", b"idle", "message", b"message", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "hello", b"hello", "idle", b"idle", "message", b"message", "omission", b"omission", "output", b"output", "request", b"request", "snapshot_chunk", b"snapshot_chunk"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "request", "output", "snapshot_chunk", "end", "idle"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["hello", "request", "output", "snapshot_chunk", "end", "idle", "omission"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 

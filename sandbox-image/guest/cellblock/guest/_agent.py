@@ -178,7 +178,10 @@ class Leg:
                 else:
                     raise RuntimeError(f"unexpected host message {kind}")
         except VMPoisonedError as exc:
-            self._flush(vm)
+            # What the VM produced before it was poisoned still counts: its
+            # requests, output and omissions (so the result ends with its
+            # truncation marker, SPEC §9).
+            self._flush(vm, salvage=True)
             kinds = {"interrupted": pb.FAILURE_KIND_INTERRUPTED, "memory": pb.FAILURE_KIND_MEMORY, "trap": pb.FAILURE_KIND_ENGINE_TRAP}
             return pb.LegEnd(failed=pb.Failed(kind=kinds[exc.kind], message=exc.detail))
 
@@ -199,28 +202,33 @@ class Leg:
             print("cellblock-guest: the host went silent; ending the cell", file=sys.stderr)
             os._exit(pb.CELL_EXIT_CODE_HOST_SILENT)
 
-    def _flush(self, vm: CellVM) -> None:
-        for item in vm.outbox.take():
-            if item[0] == "request":
-                _, bridge_id, method, args_json, refusal = item
-                request = pb.GuestRequest(bridge_id=bridge_id, method=method, args_json=args_json, refusal=_REFUSALS[refusal])
+    def _flush(self, vm: CellVM, *, salvage: bool = False) -> None:
+        """Forwards the controller's outbox to the host (one VM call per flush)."""
+        outbox = vm.salvage() if salvage else vm.take()
+        for item in outbox.items:
+            if item[0] == "r":
+                _, bridge_id, method, args_json = item
+                self._send(pb.AttachRequest(request=pb.GuestRequest(bridge_id=bridge_id, method=method, args_json=args_json)))
+            elif item[0] == "x":
+                _, method, refusal, first, count = item
+                request = pb.GuestRequest(bridge_id=f"bridge:{method}:{first}", method=method, refusal=_REFUSALS[refusal], refused_count=count)
                 self._send(pb.AttachRequest(request=request))
             else:
                 self._send(pb.AttachRequest(output=pb.GuestOutput(entry_json=item[1])))
+        if outbox.omitted_entries:
+            omission = pb.OutputOmission(
+                omitted_entries=outbox.omitted_entries,
+                omitted_bytes=outbox.omitted_bytes,
+                # Already a JSON string literal (lone surrogates stay escapes).
+                first_omitted_content=outbox.first_omitted,
+            )
+            self._send(pb.AttachRequest(omission=omission))
 
     def _end(self, vm: CellVM, **outcome: Any) -> pb.LegEnd:
-        end = pb.LegEnd(**outcome)
-        o = vm.output_state()
-        if o["omittedEntries"]:
-            end.omission.CopyFrom(
-                pb.OutputOmission(
-                    omitted_entries=o["omittedEntries"],
-                    omitted_bytes=o["omittedBytes"],
-                    # Already a JSON string literal (lone surrogates stay escapes).
-                    first_omitted_content=str(o["firstOmitted"]),
-                )
-            )
-        return end
+        # Reading the status may have run guest code (a value's toJSON): flush
+        # what it produced before the end.
+        self._flush(vm)
+        return pb.LegEnd(**outcome)
 
 
 async def _amain() -> int:

@@ -1,8 +1,9 @@
 """The QuickJS VM of one cell: quickjs-rs on wasmtime, plus the controller.
 
-Runs inside the cell only. The VM has no WASI preopens and no sockets; the only
-ways out of it are the two host functions registered here, which append to
-in-memory queues that the guest agent forwards over the bridge.
+Runs inside the cell only. The VM has no WASI preopens, no sockets and no host
+functions: the controller queues bridge requests and output in its own outbox,
+which the guest agent takes after each VM step (:meth:`CellVM.take`) and
+forwards over the bridge.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ USER_FILE = "cellblock:user.js"
 # line 1 shift by its length.
 _WRAPPER_PREFIX = "(async function __cellblock_main() {"
 _WRAPPER_SUFFIX = "\n})"
-_SEND = "__cellblock_send"
-_OUTPUT = "__cellblock_output"
 _CTRL_GLOBAL = "__cellblock_controller_"
 #: Leads every snapshot this guest writes: magic, then the length and name of
 #: the global the controller was parked on, then the zlib-compressed VM image.
@@ -52,17 +51,23 @@ class VMPoisonedError(Exception):
 
 @dataclass
 class Outbox:
-    """Messages the guest produced since the last flush, in program order.
+    """What the guest produced since the previous take, in program order.
 
-    Each item is ``("request", bridge_id, method, args_json, refusal)`` or
-    ``("output", entry_json)``.
+    Attributes:
+        items: ``["r", bridge_id, method, args_json]`` (a request),
+            ``["o", entry_json]`` (an accepted output entry) or
+            ``["x", method, refusal, first_n, count]`` (``count`` consecutive
+            bridge ids of ``method`` refused by the controller).
+        omitted_entries, omitted_bytes: Output entries omitted since the
+            previous take and their compact-JSON size in bytes.
+        first_omitted: The leg's first omitted content as a JSON string
+            literal, only in the take that first saw an omission; else ``""``.
     """
 
-    items: list[tuple[Any, ...]] = field(default_factory=list)
-
-    def take(self) -> list[tuple[Any, ...]]:
-        items, self.items = self.items, []
-        return items
+    items: list[list[Any]] = field(default_factory=list)
+    omitted_entries: int = 0
+    omitted_bytes: int = 0
+    first_omitted: str = ""
 
 
 #: The QuickJS module compiled ahead of time at image build
@@ -106,11 +111,37 @@ def precompile(path: str) -> None:
 
 
 def engine_build_id() -> str:
-    """Returns the hex build id of the bundled QuickJS wasm guest."""
+    """Returns the hex engine build id that binds this cell's snapshots (see :func:`_engine_build_id`)."""
+    preload_engine()
+    return _ENGINE_BUILD_ID
+
+
+def _engine_build_id() -> str:
+    """Hashes what decides whether a snapshot can be restored (SPEC §16.1 item 8).
+
+    A snapshot is the VM's whole linear memory: the QuickJS wasm's heap layout
+    and the controller's objects in it, plus this module's framing. So the id
+    covers the bundled wasm, the quickjs-rs and wasmtime versions, the
+    controller source and this module's source. Any rebuilt image that changes
+    one of them gets a new id, and its cells refuse older snapshots (R19).
+    """
+    import hashlib
+    from importlib.metadata import version
+
     from quickjs_rs import _engine
 
-    preload_engine()
-    return str(_engine._quickjs_artifact().build_id.hex())
+    h = hashlib.sha256()
+    for part in (
+        _engine._read_guest_wasm(),
+        f"quickjs-rs {version('quickjs-rs')} wasmtime {version('wasmtime')}".encode(),
+        resources.files(__package__).joinpath("controller.js").read_bytes(),
+        resources.files(__package__).joinpath("_vm.py").read_bytes(),
+    ):
+        h.update(hashlib.sha256(part).digest())
+    return h.hexdigest()
+
+
+_ENGINE_BUILD_ID = _engine_build_id()
 
 
 class CellVM:
@@ -124,7 +155,6 @@ class CellVM:
 
     def __init__(self, *, memory_limit_bytes: int, deadline: float) -> None:
         self.deadline = deadline
-        self.outbox = Outbox()
         self.interrupted = False
         self._runtime = Runtime(memory_limit=memory_limit_bytes, stack_limit=None)
         # Our own interrupt handler: it also records that it fired, because an
@@ -137,18 +167,7 @@ class CellVM:
         # engine's own accounting misses (large strings, array buffers).
         self._instance = self._ctx._engine_ctx._inst
         self._instance.store.set_limits(memory_size=memory_limit_bytes + WASM_HEADROOM_BYTES)
-        # Host callbacks are registered by name, in a fixed order, so that a
-        # restored heap finds them again (the guest dispatches by name).
-        self._ctx.register(_SEND, self._on_send, is_async=False)
-        self._ctx.register(_OUTPUT, self._on_output, is_async=False)
         self._ctrl: quickjs_rs.Handle | None = None
-
-    # -- host callbacks (called synchronously from guest code) --
-    def _on_send(self, bridge_id: str, method: str, args_json: str, refusal: str) -> None:
-        self.outbox.items.append(("request", bridge_id, method, args_json, refusal))
-
-    def _on_output(self, entry_json: str) -> None:
-        self.outbox.items.append(("output", entry_json))
 
     def _interrupt(self) -> bool:
         if time.monotonic() >= self.deadline:
@@ -208,9 +227,27 @@ class CellVM:
         """Returns the controller's view of the leg (phase, host work, ...)."""
         return dict(self._guard(lambda: self._controller("status").call().to_python()))
 
-    def output_state(self) -> dict[str, Any]:
-        """Returns the controller's output accounting for this leg."""
-        return dict(self._guard(lambda: self._controller("output").call().to_python()))
+    def take(self) -> Outbox:
+        """Takes the controller's outbox (requests, output, omissions) and empties it."""
+        return _outbox(self._guard(lambda: self._controller("take").call().to_python()))
+
+    def salvage(self) -> Outbox:
+        """Takes the outbox of a poisoned VM, if it can still answer.
+
+        An interrupted VM gets a short grace past its deadline for this one
+        call; a VM that cannot answer (trapped, or out of memory again) gives
+        an empty outbox. Omissions it cannot report then never reach a result.
+        """
+        if self._ctrl is None:
+            return Outbox()
+        deadline, self.deadline = self.deadline, time.monotonic() + 0.25
+        self.interrupted = False
+        try:
+            return self.take()
+        except Exception:  # noqa: BLE001 - a poisoned VM may fail any call
+            return Outbox()
+        finally:
+            self.deadline = deadline
 
     def snapshot(self) -> tuple[bytes, int]:
         """Serialises the whole VM memory, compressed.
@@ -273,8 +310,21 @@ class CellVM:
         except quickjs_rs.JSError as exc:
             if self.interrupted:
                 raise VMPoisonedError("interrupted", "deadline reached while computing") from None
-            if "out of memory" in str(exc):
+            if "out of memory" in str(exc) or self.linear_memory_bytes() >= self.memory_limit_bytes:
+                # The engine reports some refused allocations without a message
+                # ("Error: null"); a heap at its limit tells them apart.
                 raise VMPoisonedError("memory", str(exc)) from None
             raise
         finally:
             self._runtime._deadline = None
+
+
+def _outbox(taken: Any) -> Outbox:
+    """Decodes the controller's ``take`` record."""
+    items = json.loads(str(taken["items"]))
+    return Outbox(
+        items=items if isinstance(items, list) else [],
+        omitted_entries=int(taken["omittedEntries"]),
+        omitted_bytes=int(taken["omittedBytes"]),
+        first_omitted=str(taken["firstOmitted"]),
+    )

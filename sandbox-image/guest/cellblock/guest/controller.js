@@ -1,16 +1,17 @@
 // The cell's guest runtime (SPEC §8). Evaluated once per fresh VM, before any
-// user code. It captures the two host functions, removes them from the global
-// object, installs the guest API as frozen, non-writable globals and returns
-// the controller object, whose handle only the guest agent (Python) keeps.
-// User code can never reach the controller, settle its own bridge requests,
-// read the output state or forge a host reply (SPEC §8.1 item 3).
+// user code. It installs the guest API as frozen, non-writable globals and
+// returns the controller object, whose handle only the guest agent (Python)
+// keeps. User code can never reach the controller, settle its own bridge
+// requests, read the output state or forge a host reply (SPEC §8.1 item 3).
+//
+// The controller never calls into Python while guest code runs: bridge
+// requests, accepted output and omission counts go to an outbox that the agent
+// takes in one call after each VM step (`take`). A host call costs about
+// 100 µs plus ~70 µs per string argument, so a flood of thousands of requests
+// or entries would otherwise keep the cell computing past its deadline.
 (function (config) {
   "use strict";
   const g = globalThis;
-  const hostSend = g.__cellblock_send;
-  const hostOutput = g.__cellblock_output;
-  delete g.__cellblock_send;
-  delete g.__cellblock_output;
 
   // Keep private references to every built-in the controller uses, so a guest
   // that overwrites or deletes globals cannot change the controller's
@@ -63,6 +64,40 @@
   const regexExec = RegExp.prototype.exec;
   const reflectApply = Reflect.apply;
   const call = (fn, self, ...args) => reflectApply(fn, self, args);
+
+  // ---- Outbox (taken by the agent after each VM step) ---------------------
+  // Each part is the compact JSON text of one item: ["r", bridgeId, method,
+  // argsJson] a request; ["o", entryJson] an accepted output entry;
+  // ["x", method, refusal, firstN, count] `count` consecutive bridge ids of
+  // `method` refused in the cell (one item for a whole flood of pending-cap
+  // refusals). Parts are own data properties written with defineProperty and
+  // built from strings only, so no guest setter, getter or toJSON ever sees
+  // or changes them.
+  let outboxParts = [];
+  let lastRefusal = null; // { method, refusal, n, count, index } of the last part
+  function outboxPut(index, text) {
+    defineProperty(outboxParts, index, { value: text, writable: true, enumerable: true, configurable: true });
+  }
+  function hostSend(id, method, argsJson, refusal, n) {
+    const q = jsonStringify;
+    if (refusal === "") {
+      lastRefusal = null;
+      outboxPut(outboxParts.length, "[\"r\"," + q(id) + "," + q(method) + "," + q(argsJson) + "]");
+      return;
+    }
+    const last = lastRefusal;
+    if (last !== null && last.index === outboxParts.length - 1 && last.method === method && last.refusal === refusal && last.n + last.count === n) {
+      last.count += 1;
+    } else {
+      lastRefusal = record({ method, refusal, n, count: 1, index: outboxParts.length });
+    }
+    const r = lastRefusal;
+    outboxPut(r.index, "[\"x\"," + q(method) + "," + q(refusal) + "," + r.n + "," + r.count + "]");
+  }
+  function hostOutput(entryJson) {
+    lastRefusal = null;
+    outboxPut(outboxParts.length, "[\"o\"," + jsonStringify(entryJson) + "]");
+  }
 
   const limits = config.limits;
   const USER_FILE = "cellblock:user.js";
@@ -176,6 +211,10 @@
     omittedEntries: 0,
     omittedBytes: 0,
     firstOmitted: null,
+    // What `take` already reported to the agent in this leg.
+    reportedEntries: 0,
+    reportedBytes: 0,
+    firstReported: false,
   };
 
   function emit(entry) {
@@ -243,7 +282,7 @@
       counters[method] = n;
       const id = "bridge:" + method + ":" + n;
       call(weakSet, provenance, err, id);
-      hostSend(id, method, "", "pending_cap");
+      hostSend(id, method, "", "pending_cap", n);
       rejectFn(err);
       return promise;
     }
@@ -265,7 +304,7 @@
     if (size > limits.replyInboxBytes) {
       const err = refuse("this " + method + " request is " + size + " bytes, more than the bridge accepts (" + limits.replyInboxBytes + " bytes); send less data.");
       call(weakSet, provenance, err, id);
-      hostSend(id, method, "", "too_large");
+      hostSend(id, method, "", "too_large", n);
       rejectFn(err);
       return promise;
     }
@@ -393,7 +432,7 @@
     const id = "bridge:namespace:" + n;
     const err = refuse(message);
     call(weakSet, provenance, err, id);
-    hostSend(id, "namespace", "", "namespace_arguments");
+    hostSend(id, "namespace", "", "namespace_arguments", n);
     return PromiseCtor.reject(err);
   }
 
@@ -536,7 +575,11 @@
   }
 
   // ---- Error text (SPEC §8.10) ----------------------------------------------
-  const FRAME_RE = /^\s*at (.*?) \((.*):(\d+):(\d+)\)\s*$|^\s*at (.*):(\d+):(\d+)\s*$/;
+  // Only `at <function> (<file>:<line>:<column>)` lines are call frames. The
+  // engine also writes parse positions without a function (`at <input>:1:1`)
+  // for errors of JSON.parse, eval and Function: those point into the parsed
+  // text, never into the user's source, so they are not user frames.
+  const FRAME_RE = /^\s*at (.*?) \((.*):(\d+):(\d+)\)\s*$/;
   function userFrames(stack) {
     const frames = [];
     if (typeof stack !== "string") return frames;
@@ -544,13 +587,15 @@
     for (let i = 0; i < lines.length && frames.length < 10; i++) {
       const m = call(regexExec, FRAME_RE, lines[i]);
       if (!m) continue;
-      const file = m[2] !== undefined ? m[2] : m[5];
-      if (file !== ENGINE_USER_FILE) continue;
-      let fn = m[1] !== undefined ? m[1] : "<anonymous>";
+      if (m[2] !== ENGINE_USER_FILE) continue;
+      let fn = m[1];
       if (fn === "<eval>") continue;
-      const line = NumberCtor(m[3] !== undefined ? m[3] : m[6]);
-      let col = NumberCtor(m[4] !== undefined ? m[4] : m[7]);
+      const line = NumberCtor(m[3]);
+      let col = NumberCtor(m[4]);
+      // Line 1 carries the wrapper prefix; a position inside it (the engine
+      // had no finer one) is reported as column 1. Columns are 1-based.
       if (line === 1) col -= WRAPPER_COLUMN_SHIFT;
+      if (col < 1) col = 1;
       if (fn === "__cellblock_main" || fn === "") fn = "<anonymous>";
       call(arrayPush, frames, "    at " + fn + " (" + USER_FILE + ":" + line + ":" + col + ")");
     }
@@ -666,15 +711,28 @@
       }
       return s;
     },
-    output() {
-      return record({
-        spent: out.spent,
-        closed: out.closed,
-        omittedEntries: out.omittedEntries,
-        omittedBytes: out.omittedBytes,
-        // A JSON string literal: guest text may hold lone surrogates.
-        firstOmitted: jsonStringify(out.firstOmitted === null ? "" : out.firstOmitted),
+    // Hands the outbox to the agent and empties it: `items` is the JSON array
+    // text of the outbox parts; the omission fields are the entries omitted
+    // since the previous take (SPEC §9 rule 11), so every result can end with
+    // its marker however the leg ends.
+    take() {
+      const items = "[" + call(arrayJoin, outboxParts, ",") + "]";
+      outboxParts = [];
+      lastRefusal = null;
+      const r = record({
+        items,
+        omittedEntries: out.omittedEntries - out.reportedEntries,
+        omittedBytes: out.omittedBytes - out.reportedBytes,
+        // A JSON string literal (guest text may hold lone surrogates), or "".
+        firstOmitted: "",
       });
+      if (out.firstOmitted !== null && !out.firstReported) {
+        r.firstOmitted = jsonStringify(out.firstOmitted);
+        out.firstReported = true;
+      }
+      out.reportedEntries = out.omittedEntries;
+      out.reportedBytes = out.omittedBytes;
+      return r;
     },
     // Prepares the next leg after a restore: new limits and output state.
     resume(newConfig) {
@@ -686,6 +744,9 @@
       out.omittedEntries = 0;
       out.omittedBytes = 0;
       out.firstOmitted = null;
+      out.reportedEntries = 0;
+      out.reportedBytes = 0;
+      out.firstReported = false;
     },
     // Parks the controller on an own, random-named global property for a
     // snapshot (defined, not assigned: no guest setter or proxy can see it).

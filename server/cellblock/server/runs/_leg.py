@@ -254,6 +254,8 @@ class Leg:
         self._cell: Cell | None = None
         self._suspend_sent = False
         self._terminal: LegOutcome | None = None
+        #: Controller refusals of this leg by (method, refusal kind): how many.
+        self._refusals_logged: dict[tuple[str, str], int] = {}
         #: Output entries accepted in this leg, in production order.
         self.accepted_output: list[dict[str, Any]] = []
         self._log = log.bind(run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id, tool_call_id=run.tool_call_id)
@@ -265,6 +267,9 @@ class Leg:
         """Runs the leg to its end inside a ``cell.run`` span. Never raises for guest or cell failures."""
         with self.trace.running():
             outcome = await self._run_cell()
+            if sum(self._refusals_logged.values()) > len(self._refusals_logged):
+                counts = {f"{method}:{kind}": n for (method, kind), n in self._refusals_logged.items()}
+                self._log.warning("bridge.refused_by_guest_total", refusals=counts)
             self.trace.finish(outcome.status, outcome.code)
             return outcome
 
@@ -471,8 +476,10 @@ class Leg:
             self._on_request(value.request, loop)
         elif which == "output":
             self._on_output(value.output.entry_json)
+        elif which == "omission":
+            self._on_omission(value.omission)
         elif which == "idle":
-            self._on_idle()
+            self._on_idle(value.idle.host_work)
         elif which == "snapshot_chunk":
             snapshot_parts.append(value.snapshot_chunk.data)
         elif which == "end":
@@ -522,19 +529,14 @@ class Leg:
             self._log.error("bridge.protocol", message=msg.p02(req.bridge_id))
             return
         n = int(m.group(2))
+        if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
+            self._on_refused(req, n)
+            return
         if req.bridge_id in run.seen_bridge_ids:
             self._log.error("bridge.protocol", message=msg.p03(req.bridge_id))
             return
         run.seen_bridge_ids.add(req.bridge_id)
         run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
-        if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
-            # The controller already rejected it; record the provenance.
-            provenance = "input" if req.refusal in (bpb.GUEST_REFUSAL_TOO_LARGE, bpb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS) else "internal"
-            run.provenance[req.bridge_id] = provenance
-            if req.method in _NESTED:
-                count(run, self.ports, "call")
-            self._log.warning("bridge.refused_by_guest", bridge_id=req.bridge_id, method=req.method, refusal=bpb.GuestRefusal.Name(req.refusal))
-            return
         try:
             args = json.loads(req.args_json)
             if not isinstance(args, list):
@@ -545,6 +547,34 @@ class Leg:
         p = PendingRequest(bridge_id=req.bridge_id, method=req.method, args=args)
         run.pending[p.bridge_id] = p
         self._handle(p, loop)
+
+    def _on_refused(self, req: bpb.GuestRequest, first: int) -> None:
+        """Records requests the controller already refused and rejected (SPEC §8.2 items 3-4, 6).
+
+        One message stands for ``refused_count`` consecutive ids. The guest numbers each
+        method's requests upwards, so a range that does not start above every id seen
+        for the method reuses one [P03]. Only the first refusal of a leg is logged per
+        method and kind; the rest are counted on the record written when the leg ends.
+        """
+        run = self.run_
+        last = first + max(1, req.refused_count) - 1
+        if first <= run.bridge_counters.get(req.method, 0) or last >= 10**16:
+            self._log.error("bridge.protocol", message=msg.p03(req.bridge_id))
+            return
+        run.bridge_counters[req.method] = last
+        provenance = "input" if req.refusal in (bpb.GUEST_REFUSAL_TOO_LARGE, bpb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS) else "internal"
+        ranges = run.refused_ranges
+        if ranges and ranges[-1][0] == req.method and ranges[-1][2] == first - 1 and ranges[-1][3] == provenance:
+            ranges[-1] = (req.method, ranges[-1][1], last, provenance)
+        else:
+            ranges.append((req.method, first, last, provenance))
+        if req.method in _NESTED:
+            for _ in range(first, last + 1):
+                count(run, self.ports, "call")
+        kind = (req.method, bpb.GuestRefusal.Name(req.refusal))
+        if kind not in self._refusals_logged:
+            self._log.warning("bridge.refused_by_guest", bridge_id=req.bridge_id, method=req.method, refusal=kind[1], refused_count=last - first + 1)
+        self._refusals_logged[kind] = self._refusals_logged.get(kind, 0) + last - first + 1
 
     def _handle(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
         kind = process_request(self.run_, self.ports, p, loop.time())
@@ -570,10 +600,17 @@ class Leg:
 
         self._spawn(fire())
 
-    def _on_idle(self) -> None:
-        """The guest waits on host work; a restart-safe leg decides now (SPEC §10.8 item 2)."""
+    def _on_idle(self, host_work: int) -> None:
+        """The guest waits on host work; a restart-safe leg decides now (SPEC §10.8 item 2).
+
+        An idle is current only when the guest waits on exactly the requests the host
+        has not answered yet. One sent before the guest read results already on their
+        way (a resumed leg's first idle) is stale: the guest may still make requests.
+        """
         run = self.run_
         if not run.restart_safe or self._suspend_sent or self._terminal is not None:
+            return
+        if host_work != len(run.pending):
             return
         unsafe = [p for p in run.pending.values() if p.result is None and not p.dispatched and not p.replay_safe]
         if unsafe:
@@ -635,14 +672,16 @@ class Leg:
             self.accepted_output.append(entry)
             self.ports.output(entry)
 
+    def _on_omission(self, omission: bpb.OutputOmission) -> None:
+        """Records entries the cell's controller omitted (SPEC §9 rule 11), as they are reported."""
+        try:
+            first = json.loads(omission.first_omitted_content or '""')
+        except ValueError:
+            first = ""
+        self.run_.budget.record_omitted(max(0, omission.omitted_entries), max(0, omission.omitted_bytes), first if isinstance(first, str) else "")
+
     async def _on_end(self, end: bpb.LegEnd, snapshot_parts: list[bytes], loop: asyncio.AbstractEventLoop) -> LegOutcome:
         run = self.run_
-        if end.HasField("omission"):
-            try:
-                first = json.loads(end.omission.first_omitted_content or '""')
-            except ValueError:
-                first = ""
-            run.budget.record_omitted(end.omission.omitted_entries, end.omission.omitted_bytes, first if isinstance(first, str) else "")
         which = end.WhichOneof("outcome")
         if which == "completed":
             try:
@@ -679,7 +718,7 @@ class Leg:
                 self._log.warning("guest.failed", **error_head(text))
                 return failed("internal_error", text, phase="guest")
             if kind == bpb.FAILURE_KIND_BRIDGE_REJECTION:
-                provenance = run.provenance.get(f.rejection_bridge_id)
+                provenance = run.provenance_of(f.rejection_bridge_id)
                 if provenance is None:
                     # Not a rejection the host delivered: a guest-made error.
                     self._log.warning("guest.failed", **error_head(text))

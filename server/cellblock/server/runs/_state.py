@@ -97,6 +97,9 @@ class Run:
     pending: dict[str, PendingRequest] = field(default_factory=dict)
     #: bridge id -> "input" or "internal", for every rejection delivered.
     provenance: dict[str, str] = field(default_factory=dict)
+    #: Requests the controller refused in floods: ``(method, first n, last n, provenance)``.
+    #: One range per run of consecutive refused ids, so a flood costs no per-id state.
+    refused_ranges: list[tuple[str, int, int, str]] = field(default_factory=list)
     seen_bridge_ids: set[str] = field(default_factory=set)
     holds_slot: bool = False
     cancelled: bool = False
@@ -106,6 +109,18 @@ class Run:
     exec_span_context: Any = None
     #: Open ``bridge.tool_call`` spans by nested call id: ``(span, monotonic dispatch time)``.
     tool_spans: dict[str, tuple[Any, float]] = field(default_factory=dict)
+
+    def provenance_of(self, bridge_id: str) -> str | None:
+        """The recorded provenance of a delivered rejection, or ``None`` (SPEC §8.2 item 6)."""
+        known = self.provenance.get(bridge_id)
+        if known is not None:
+            return known
+        method, _, n_text = bridge_id.removeprefix("bridge:").partition(":")
+        n = int(n_text) if n_text.isdigit() else 0
+        for m, first, last, provenance in self.refused_ranges:
+            if m == method and first <= n <= last:
+                return provenance
+        return None
 
     def next_nested_call_id(self) -> str:
         self.nested_calls += 1

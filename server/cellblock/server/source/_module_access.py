@@ -110,6 +110,17 @@ def _member_access(text: _Text, node: tree_sitter.Node) -> tuple[str, str] | Non
     return None if value is None else (object_name, value)
 
 
+def _is_typeof_operand(node: tree_sitter.Node) -> bool:
+    """True for the operand of ``typeof`` (also parenthesised): a probe, never module access."""
+    parent = node.parent
+    while parent is not None and parent.type == "parenthesized_expression":
+        parent = parent.parent
+    if parent is None or parent.type != "unary_expression":
+        return False
+    operator = parent.child_by_field_name("operator")
+    return operator is not None and operator.type == "typeof"
+
+
 def _uses_modules(text: _Text, root: tree_sitter.Node) -> bool:
     for node in _walk(root):
         kind = node.type
@@ -120,7 +131,7 @@ def _uses_modules(text: _Text, root: tree_sitter.Node) -> bool:
         if kind == "meta_property" and node.child_count and node.children[0].type == "import":
             return True
         if kind in _IDENTIFIER_REFERENCES:
-            if _decode_escapes(_token_text(text, node)) == "require":
+            if _decode_escapes(_token_text(text, node)) == "require" and not _is_typeof_operand(node):
                 return True
         elif kind in ("member_expression", "subscript_expression") and (
             _member_access(text, node) in _FORBIDDEN_MEMBERS

@@ -1,0 +1,236 @@
+"""Contract classes found by acceptance testing (issue 12), each with real cells.
+
+Every test drives the real service over gRPC with real Docker cells and real
+QuickJS, and covers a whole class (all output channels, all probe shapes, ...)
+rather than one example.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+
+from cellblock.client import CellblockClient, LimitOverrides, RunResult, Scope, Tool
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+TOOLS = [
+    Tool(source="host", owner="core", name="echo", description="Echo the input back.", parameters={"type": "object"}),
+    Tool(source="host", owner="core", name="lookup", description="A replay-safe read.", parameters={"type": "object"}, replay_safe=True),
+]
+
+
+async def _echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+    return {"details": tool_input}
+
+
+HANDLERS = {"echo": _echo, "lookup": _echo}
+
+
+def _model_output(result: RunResult) -> list[dict[str, Any]]:
+    return list(json.loads(result.raw_json)["output"])
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass"))
+
+
+# ------------------------------------------------------------------ item 2: truncation on every channel
+#: One producer per output channel; each floods 120 entries of ~110 bytes.
+CHANNELS = {
+    "text": "text('x'.repeat(100))",
+    "json": "json({ v: 'x'.repeat(100) })",
+    "console": "console.log('x'.repeat(100))",
+    "mixed": "[text, (v) => json([v]), console.error][i % 3]('y'.repeat(100))",
+}
+#: How the program ends after the flood, with the status and code it must keep.
+ENDINGS = {
+    "returns": ("return 'done';", "completed", None),
+    "throws": ("throw new Error('after the flood');", "failed", "internal_error"),
+    "times out": ("for (;;) {}", "failed", "timeout"),
+    "exhausts memory": ("const a = []; for (;;) a.push('z'.repeat(4096) + a.length);", "failed", "runtime_unavailable"),
+}
+
+
+@pytest.mark.parametrize("channel", sorted(CHANNELS))
+@pytest.mark.parametrize("ending", sorted(ENDINGS))
+async def test_output_flood_ends_with_marker_on_every_channel_and_outcome(client: CellblockClient, scope: Scope, channel: str, ending: str) -> None:
+    """SPEC §9 rules 4-5, 9: whichever channel crosses the budget, and however the leg ends."""
+    await client.put_catalog(scope, TOOLS)
+    tail, status, code = ENDINGS[ending]
+    program = f"for (let i = 0; i < 120; i++) {CHANNELS[channel]};\n{tail}"
+    limits = LimitOverrides(max_output_bytes=4096, timeout_ms=3000, memory_limit_bytes=16 * 1024 * 1024)
+    result = await client.exec(scope, tool_call_id="flood", code=program, handlers=HANDLERS, limits=limits)
+    assert result.status == status and result.code == code, result.raw_json[:400]
+    output = _model_output(result)
+    assert output, "nothing was delivered"
+    marker = output[-1]
+    assert marker["type"] == "truncated" and marker["truncated"] is True, f"the output does not end with the marker: {output[-1]}"
+    assert all(e["type"] != "truncated" for e in output[:-1])
+    assert marker["omittedEntries"] == 120 - (len(output) - 1)
+    assert sum(_size(e) for e in output) <= 4096 - 4096 // 4
+
+
+async def test_output_flood_in_a_resumed_leg_ends_with_marker(client: CellblockClient, scope: Scope) -> None:
+    """The budget covers all legs: a flood after a wait is cut with its own marker."""
+    await client.put_catalog(scope, TOOLS)
+    program = "text('first leg');\nawait yield_control('pause');\nfor (let i = 0; i < 120; i++) console.log('x'.repeat(100));\nreturn 1;"
+    limits = LimitOverrides(max_output_bytes=4096)
+    first = await client.exec(scope, tool_call_id="flood-2", code=program, handlers=HANDLERS, limits=limits)
+    assert first.status == "waiting" and _model_output(first) == [{"type": "text", "text": "first leg"}]
+    second = await client.wait(scope, tool_call_id="w", run_id=first.run_id, handlers=HANDLERS)
+    assert second.status == "completed" and second.value == 1
+    output = _model_output(second)
+    assert output[-1]["type"] == "truncated" and output[-1]["omittedEntries"] > 0
+
+
+# ------------------------------------------------------------------ item 3: restartSafe after a yield
+@pytest.mark.parametrize(
+    "call, named",
+    [
+        ("tools.callValue('echo', {})", "echo"),
+        ("tools.call('host:core:echo', {})", "host:core:echo"),
+        ("tools.echo({})", "host:core:echo"),
+    ],
+)
+async def test_restart_safe_run_fails_r03_for_unsafe_call_after_yield(client: CellblockClient, scope: Scope, call: str, named: str) -> None:
+    """SPEC §10.8 item 2 applies to every leg: the resuming wait refuses, it does not park again."""
+    await client.put_catalog(scope, TOOLS)
+    calls: list[str] = []
+
+    async def echo(tool_input: dict[str, Any], info: Any) -> dict[str, Any]:
+        calls.append(info.catalog_id)
+        return {"details": tool_input}
+
+    program = f"await yield_control('checkpoint');\nawait {call};\nreturn 'unreachable';"
+    first = await client.exec(scope, tool_call_id="rs", code=program, handlers={"echo": echo}, force_restart_safe=True)
+    assert first.status == "waiting" and first.reason == "yield" and first.replay_safe is True
+    second = await client.wait(scope, tool_call_id="w", run_id=first.run_id, handlers={"echo": echo})
+    assert second.status == "failed", second.raw_json
+    assert second.code == "invalid_input" and second.failure_phase == "host"
+    assert second.error == f'restartSafe runs may only make replay-safe read calls, and "{named}" is not replay-safe; nothing was called. Run it again without restartSafe.'
+    assert calls == [], "the unsafe call was dispatched"
+
+
+async def test_restart_safe_run_keeps_replay_safe_calls_after_yield(client: CellblockClient, scope: Scope) -> None:
+    """The same leg shape with a replay-safe call parks and completes replay-safe."""
+    await client.put_catalog(scope, TOOLS)
+    program = "await yield_control('checkpoint');\nconst v = await tools.callValue('host:core:lookup', { k: 1 });\nreturn v;"
+    result = await client.exec(scope, tool_call_id="rs2", code=program, handlers=HANDLERS, force_restart_safe=True)
+    for _ in range(4):
+        if result.status != "waiting":
+            break
+        result = await client.wait(scope, tool_call_id="w", run_id=result.run_id, handlers=HANDLERS)
+    assert result.status == "completed" and result.value == {"k": 1} and result.replay_safe is True, result.raw_json
+
+
+# ------------------------------------------------------------------ item 4: user positions after a wait
+#: Statements that throw on line 3 of the program; the expected error head and column.
+THROWERS = {
+    "new Error": ("  throw new Error('boom');", "Error: boom", 13),
+    "property of null": ("  null.x;", "TypeError: cannot read property 'x' of null", None),
+    "JSON.parse": ("  JSON.parse('{bad');", "SyntaxError: Expected property name or '}' in JSON at position 1 (line 1 column 2)", None),
+    "BigInt mix": ("  10n ** 20n + 1;", "TypeError: cannot convert BigInt to number", None),
+    "eval syntax": ("  eval('let = ;');", "SyntaxError:", None),
+    "undefined call": ("  notDefined();", "ReferenceError: notDefined is not defined", 3),
+}
+
+
+@pytest.mark.parametrize("resume", ["no wait", "after yield", "after tool wait"])
+@pytest.mark.parametrize("thrower", sorted(THROWERS))
+async def test_runtime_error_reports_user_line_and_positive_column(client: CellblockClient, scope: Scope, thrower: str, resume: str) -> None:
+    """SPEC §8.10 item 2: frames point into the submitted source (1-based lines and columns), after any number of waits."""
+    await client.put_catalog(scope, TOOLS)
+    line3, head, column = THROWERS[thrower]
+    first_line = {
+        "no wait": "const big = 2n ** 64n;",
+        "after yield": "await yield_control('x');",
+        # The call is still running when the exec parks; its result resumes the run.
+        "after tool wait": "const pending = tools.callValue('echo', {}); await yield_control('x'); await pending;",
+    }[resume]
+    program = f"{first_line}\nlet n = 1;\n{line3}\nreturn n;"
+    released = asyncio.Event()
+
+    async def held_echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+        await released.wait()
+        return {"details": tool_input}
+
+    handlers = {"echo": held_echo}
+    result = await client.exec(scope, tool_call_id="pos", code=program, handlers=handlers)
+    released.set()
+    legs = 0
+    while result.status == "waiting" and legs < 5:
+        legs += 1
+        result = await client.wait(scope, tool_call_id=f"w{legs}", run_id=result.run_id, handlers=handlers)
+    if resume != "no wait":
+        assert legs >= 1, "the program never resumed after a wait"
+    assert result.status == "failed" and result.code == "internal_error" and result.failure_phase == "guest", result.raw_json
+    assert result.error is not None and result.error.startswith(head), result.error
+    frames = result.error.split("\n")[1:]
+    assert frames, f"no user frame: {result.error!r}"
+    assert frames[0].startswith("    at <anonymous> (cellblock:user.js:3:"), result.error
+    for frame in frames:
+        location = frame.rsplit("(cellblock:user.js:", 1)[1].rstrip(")")
+        line, col = (int(x) for x in location.split(":"))
+        assert line >= 1 and col >= 1, f"position {line}:{col} in {result.error!r}"
+    if column is not None:
+        assert frames[0] == f"    at <anonymous> (cellblock:user.js:3:{column})"
+
+
+# ------------------------------------------------------------------ item 8: mentions are not module access
+MENTIONS = {
+    "typeof probes": ('return [typeof require, typeof (require), typeof process, typeof module, typeof exports];', ["undefined"] * 5),
+    "typeof in a condition": ('return typeof require !== "undefined" ? "node" : "cell";', "cell"),
+    "properties and methods named import/require": ('const api = { import(x) { return x + 1; }, require: 2 }; return api.import(1) + api.require + api["require"];', 6),
+    "class members": ("class A { import() { return 1; } static require() { return 2; } } return new A().import() + A.require();", 3),
+    "strings, templates, comments": ('// require("fs")\nreturn ["import x from \'y\'", `require(${"z"})`, /import\\(/.source].length;', 3),
+    "own bindings named module/process": ("const module = { exports: 1 }; const process = { env: 2 }; return module.exports + process.env;", 3),
+    "global property reads": ('return [globalThis.require, "require" in globalThis, globalThis["process"]];', [None, False, None]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MENTIONS))
+async def test_programs_that_only_mention_module_names_run(client: CellblockClient, scope: Scope, name: str) -> None:
+    """SPEC §6.6: only real module access is refused."""
+    await client.put_catalog(scope, TOOLS)
+    code, value = MENTIONS[name]
+    result = await client.exec(scope, tool_call_id="mention", code=code, handlers=HANDLERS)
+    assert result.status == "completed", result.raw_json
+    assert result.value == value
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["require('fs')", "const load = require;", "if (typeof require === 'function') require('fs');", "await import('fs')", "import.meta", "module.require('fs')", "process.getBuiltinModule('fs')"],
+)
+async def test_real_module_access_is_still_refused(client: CellblockClient, scope: Scope, code: str) -> None:
+    await client.put_catalog(scope, TOOLS)
+    result = await client.exec(scope, tool_call_id="module", code=code, handlers=HANDLERS)
+    assert result.status == "failed" and result.code == "invalid_input" and result.failure_phase == "input"
+    assert result.error.startswith("module access is disabled")
+
+
+# ------------------------------------------------------------------ item 10: a tool-call flood ends in time
+@pytest.mark.parametrize("calls", [2_000, 20_000])
+async def test_tool_call_flood_ends_with_pending_cap_rejections_in_time(client: CellblockClient, scope: Scope, calls: int) -> None:
+    """SPEC §8.2 item 3, §10.9: thousands of calls get B13 and the run keeps its normal outcome within timeoutMs + 2 s."""
+    await client.put_catalog(scope, TOOLS)
+    program = (
+        "const results = [];\n"
+        f"for (let i = 0; i < {calls}; i++) results.push(tools.callValue('echo', {{ i }}).then(() => 'ok', (e) => e.message));\n"
+        "const settled = await Promise.all(results);\n"
+        "const capped = settled.filter((m) => m.startsWith('too many pending host calls (limit 16)')).length;\n"
+        "return { ok: settled.filter((m) => m === 'ok').length, capped };"
+    )
+    timeout_ms = 10_000
+    started = time.monotonic()
+    result = await client.exec(scope, tool_call_id="flood", code=program, handlers=HANDLERS, limits=LimitOverrides(timeout_ms=timeout_ms))
+    elapsed = time.monotonic() - started
+    assert result.status == "completed", result.raw_json[:400]
+    assert result.value["ok"] == 16 and result.value["capped"] == calls - 16
+    assert result.telemetry.call_count >= calls
+    assert elapsed < timeout_ms / 1000 + 2.0, f"took {elapsed:.1f}s"
