@@ -234,3 +234,57 @@ async def test_tool_call_flood_ends_with_pending_cap_rejections_in_time(client: 
     assert result.value["ok"] == 16 and result.value["capped"] == calls - 16
     assert result.telemetry.call_count >= calls
     assert elapsed < timeout_ms / 1000 + 2.0, f"took {elapsed:.1f}s"
+
+
+# ------------------------------------------------------------------ item 9: oversized inputs get specific answers
+@pytest.mark.parametrize("size", [1024 * 1024 + 1, 50 * 1000 * 1000])
+async def test_oversized_program_is_invalid_input_naming_the_limit(client: CellblockClient, scope: Scope, service: Any, size: int) -> None:
+    """SPEC §5.1, §2.3: a program over the size bound is refused before any cell starts."""
+    await client.put_catalog(scope, TOOLS)
+    before = service.executor.cells_started
+    program = "return 1; //" + "x" * (size - len("return 1; //"))
+    result = await client.exec(scope, tool_call_id="big-program", code=program, handlers=HANDLERS)
+    assert result.status == "failed" and result.code == "invalid_input" and result.failure_phase == "input", result.raw_json[:300]
+    assert result.error == f"the program is {size} bytes, more than the 1048576-byte program limit; send a shorter program and fetch large data with tools."
+    assert service.executor.cells_started == before
+
+
+async def test_program_at_the_size_bound_runs(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, TOOLS)
+    program = "return 1; //" + "x" * (1024 * 1024 - len("return 1; //"))
+    result = await client.exec(scope, tool_call_id="bound-program", code=program, handlers=HANDLERS)
+    assert result.status == "completed" and result.value == 1, result.raw_json[:300]
+
+
+async def test_tool_result_over_the_message_cap_is_b12_and_the_run_goes_on(client: CellblockClient, scope: Scope) -> None:
+    """SPEC §3.5 item 5, §8.2 item 4: the guest gets B12; the stream and the run survive."""
+    await client.put_catalog(scope, [*TOOLS, Tool(source="host", owner="core", name="huge", parameters={"type": "object"})])
+
+    async def huge(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+        return {"details": "x" * (70 * 1024 * 1024)}
+
+    program = "let refused;\ntry { await tools.callValue('huge', {}); } catch (e) { refused = e.message; }\nconst after = await tools.callValue('echo', { n: 2 });\nreturn { refused, after };"
+    result = await client.exec(scope, tool_call_id="huge", code=program, handlers={**HANDLERS, "huge": huge})
+    assert result.status == "completed", result.raw_json[:400]
+    size = 70 * 1024 * 1024 + len('{"details":""}')
+    assert result.value["refused"] == f'Tool "host:core:huge" returned {size} bytes, more than this cell accepts (10485760 bytes); ask for less data.'
+    assert result.value["after"] == {"n": 2}
+
+
+@pytest.mark.parametrize("depth", [10_000, 200_000])
+async def test_deeply_nested_tool_result_gets_a_bounded_answer(client: CellblockClient, scope: Scope, depth: int) -> None:
+    """A result nested deeper than any serialiser handles is rejected to the guest at once."""
+    await client.put_catalog(scope, TOOLS)
+
+    async def deep(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+        value: Any = []
+        for _ in range(depth):
+            value = [value]
+        return {"details": value}
+
+    program = "try { await tools.callValue('echo', {}); return 'accepted'; } catch (e) { return e.message; }"
+    started = time.monotonic()
+    result = await client.exec(scope, tool_call_id="deep", code=program, handlers={"echo": deep})
+    assert result.status == "completed", result.raw_json[:300]
+    assert result.value == "the tool result is nested too deeply to serialise as JSON"
+    assert time.monotonic() - started < 8.0, "the run waited for an answer that never came"

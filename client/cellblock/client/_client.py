@@ -35,7 +35,7 @@ import grpc.aio
 
 from cellblock.client._catalog_calls import CatalogCalls
 from cellblock.client._errors import UnavailableError
-from cellblock.client._legs import LegDriver, OutputCallback, ToolHandler, to_arguments_json
+from cellblock.client._legs import MAX_MESSAGE_BYTES, LegDriver, OutputCallback, ToolHandler, to_arguments_json
 from cellblock.client._results import LimitOverrides, Run, RunPage, RunResult
 from cellblock.client._stream import LegStream
 from cellblock.client._types import RunStateName, ScopeLike, ToolSurface, _scope
@@ -114,7 +114,9 @@ class CellblockClient(CatalogCalls):
         Raises:
             UnavailableError: If the channel is not ready within ``timeout``.
         """
-        options = list(channel_options)
+        # The service's message cap in both directions (ToolCall inputs up to
+        # the reply inbox come in; results go out), unless the caller says otherwise.
+        options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES), ("grpc.max_send_message_length", MAX_MESSAGE_BYTES), *channel_options]
         if credentials is None:
             channel = grpc.aio.insecure_channel(target, options=options)
         else:

@@ -260,6 +260,13 @@ async def _forward_output(entry_json: str, on_output: OutputCallback | None) -> 
             await maybe
 
 
+#: The service's gRPC message cap in bytes (SPEC §2.3, §3.5 item 5); a larger ToolResult
+#: is sent as ``oversized_bytes``.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+#: Room kept for the ToolResult's own fields (nested call id, framing).
+_TOOL_RESULT_ENVELOPE_BYTES = 4096
+
+
 async def _invoke(handler: ToolHandler | None, input_json: str, info: ToolCallInfo) -> code_mode_service_pb2.ToolResult:
     """Runs one handler and turns its outcome into a ToolResult (never raises, except cancellation)."""
     if handler is None:
@@ -278,6 +285,13 @@ async def _invoke(handler: ToolHandler | None, input_json: str, info: ToolCallIn
         ok_json = _json_text(outcome)
     except (TypeError, ValueError) as exc:
         return _error_result(info.nested_call_id, "failed", f"the tool result is not JSON-serialisable: {exc}")
+    except RecursionError:
+        return _error_result(info.nested_call_id, "failed", "the tool result is nested too deeply to serialise as JSON")
+    size = len(ok_json.encode("utf-8", "surrogatepass"))
+    if size + _TOOL_RESULT_ENVELOPE_BYTES > MAX_MESSAGE_BYTES:
+        # gRPC would end the whole stream for an oversized message; the
+        # service answers the guest with B12 instead (SPEC §3.5 item 5).
+        return code_mode_service_pb2.ToolResult(nested_call_id=info.nested_call_id, oversized_bytes=size)
     return code_mode_service_pb2.ToolResult(nested_call_id=info.nested_call_id, ok_json=ok_json)
 
 

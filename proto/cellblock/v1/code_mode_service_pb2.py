@@ -25,21 +25,21 @@ _sym_db = _symbol_database.Default()
 from cellblock.v1 import common_pb2 as cellblock_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$cellblock/v1/code_mode_service.proto\x12\x0c\x63\x65llblock.v1\x1a\x19\x63\x65llblock/v1/common.proto\"M\n\x15GetToolSurfaceRequest\x12\"\n\x05scope\x18\x01 \x01(\x0b\x32\x13.cellblock.v1.Scope\x12\x10\n\x08model_id\x18\x02 \x01(\t\"L\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"`\n\x16GetToolSurfaceResponse\x12\x19\n\x11\x63ode_mode_engaged\x18\x01 \x01(\x08\x12+\n\x05tools\x18\x02 \x03(\x0b\x32\x1c.cellblock.v1.ToolDefinition\"\xd8\x02\n\x0eLimitOverrides\x12\x17\n\ntimeout_ms\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1f\n\x12memory_limit_bytes\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1d\n\x10max_output_bytes\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x1f\n\x12max_snapshot_bytes\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12#\n\x16max_pending_tool_calls\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12!\n\x14snapshot_ttl_seconds\x18\x06 \x01(\x03H\x05\x88\x01\x01\x42\r\n\x0b_timeout_msB\x15\n\x13_memory_limit_bytesB\x13\n\x11_max_output_bytesB\x15\n\x13_max_snapshot_bytesB\x19\n\x17_max_pending_tool_callsB\x17\n\x15_snapshot_ttl_seconds\"\xc1\x01\n\tExecStart\x12\"\n\x05scope\x18\x01 \x01(\x0b\x32\x13.cellblock.v1.Scope\x12\x14\n\x0ctool_call_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\x0f\n\x07turn_id\x18\x04 \x01(\t\x12\x1a\n\x12\x66orce_restart_safe\x18\x05 \x01(\x08\x12\x35\n\x0flimit_overrides\x18\x06 \x01(\x0b\x32\x1c.cellblock.v1.LimitOverrides\"]\n\tWaitStart\x12\"\n\x05scope\x18\x01 \x01(\x0b\x32\x13.cellblock.v1.Scope\x12\x14\n\x0ctool_call_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"G\n\tToolError\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.cellblock.v1.ToolErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\"l\n\nToolResult\x12\x16\n\x0enested_call_id\x18\x01 \x01(\t\x12\x11\n\x07ok_json\x18\x02 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.cellblock.v1.ToolErrorH\x00\x42\t\n\x07outcome\"\x18\n\x06\x43\x61ncel\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x9b\x01\n\x0b\x45xecRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.cellblock.v1.ExecStartH\x00\x12/\n\x0btool_result\x18\x02 \x01(\x0b\x32\x18.cellblock.v1.ToolResultH\x00\x12&\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x14.cellblock.v1.CancelH\x00\x42\t\n\x07message\"\x9b\x01\n\x0bWaitRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.cellblock.v1.WaitStartH\x00\x12/\n\x0btool_result\x18\x02 \x01(\x0b\x32\x18.cellblock.v1.ToolResultH\x00\x12&\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x14.cellblock.v1.CancelH\x00\x42\t\n\x07message\"\x81\x02\n\x08ToolCall\x12\x16\n\x0enested_call_id\x18\x01 \x01(\t\x12\x1b\n\x13parent_tool_call_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x11\n\treplay_id\x18\x04 \x01(\t\x12\x12\n\ncatalog_id\x18\x05 \x01(\t\x12(\n\x06source\x18\x06 \x01(\x0e\x32\x18.cellblock.v1.ToolSource\x12\r\n\x05owner\x18\x07 \x01(\t\x12\x0c\n\x04name\x18\x08 \x01(\t\x12.\n\x06method\x18\t \x01(\x0e\x32\x1e.cellblock.v1.NestedCallMethod\x12\x12\n\ninput_json\x18\n \x01(\t\"+\n\x11ToolCallCancelled\x12\x16\n\x0enested_call_id\x18\x01 \x01(\t\"!\n\x0bOutputEvent\x12\x12\n\nentry_json\x18\x01 \x01(\t\"B\n\x10\x42ridgeCallCounts\x12\x0e\n\x06search\x18\x01 \x01(\x03\x12\x10\n\x08\x64\x65scribe\x18\x02 \x01(\x03\x12\x0c\n\x04\x63\x61ll\x18\x03 \x01(\x03\"\x7f\n\x0bRunMetadata\x12\x34\n\x0c\x62ridge_calls\x18\x01 \x01(\x0b\x32\x1e.cellblock.v1.BridgeCallCounts\x12\x11\n\tleg_count\x18\x02 \x01(\x05\x12\x16\n\x0esnapshot_bytes\x18\x03 \x01(\x03\x12\x0f\n\x07\x63\x65ll_id\x18\x04 \x01(\t\"\xbc\x01\n\x06Result\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.cellblock.v1.RunStatus\x12%\n\x04\x63ode\x18\x03 \x01(\x0e\x32\x17.cellblock.v1.ErrorCode\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\x10\n\x08trace_id\x18\x05 \x01(\t\x12+\n\x08metadata\x18\x06 \x01(\x0b\x32\x19.cellblock.v1.RunMetadata\"\xdb\x01\n\x0c\x45xecResponse\x12+\n\ttool_call\x18\x01 \x01(\x0b\x32\x16.cellblock.v1.ToolCallH\x00\x12+\n\x06output\x18\x02 \x01(\x0b\x32\x19.cellblock.v1.OutputEventH\x00\x12>\n\x13tool_call_cancelled\x18\x03 \x01(\x0b\x32\x1f.cellblock.v1.ToolCallCancelledH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.cellblock.v1.ResultH\x00\x42\t\n\x07message\"\xdb\x01\n\x0cWaitResponse\x12+\n\ttool_call\x18\x01 \x01(\x0b\x32\x16.cellblock.v1.ToolCallH\x00\x12+\n\x06output\x18\x02 \x01(\x0b\x32\x19.cellblock.v1.OutputEventH\x00\x12>\n\x13tool_call_cancelled\x18\x03 \x01(\x0b\x32\x1f.cellblock.v1.ToolCallCancelledH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.cellblock.v1.ResultH\x00\x42\t\n\x07message*\x98\x01\n\x10NestedCallMethod\x12\"\n\x1eNESTED_CALL_METHOD_UNSPECIFIED\x10\x00\x12\x1b\n\x17NESTED_CALL_METHOD_CALL\x10\x01\x12!\n\x1dNESTED_CALL_METHOD_CALL_VALUE\x10\x02\x12 \n\x1cNESTED_CALL_METHOD_NAMESPACE\x10\x03*\xab\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12!\n\x1dTOOL_ERROR_KIND_INVALID_INPUT\x10\x01\x12\x1b\n\x17TOOL_ERROR_KIND_BLOCKED\x10\x02\x12\x1a\n\x16TOOL_ERROR_KIND_FAILED\x10\x03\x12\x1d\n\x19TOOL_ERROR_KIND_CANCELLED\x10\x04*p\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x01\x12\x16\n\x12RUN_STATUS_WAITING\x10\x02\x12\x15\n\x11RUN_STATUS_FAILED\x10\x03*\x86\x02\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45RROR_CODE_INVALID_INPUT\x10\x01\x12\"\n\x1e\x45RROR_CODE_RUNTIME_UNAVAILABLE\x10\x02\x12\x16\n\x12\x45RROR_CODE_ABORTED\x10\x03\x12\x16\n\x12\x45RROR_CODE_TIMEOUT\x10\x04\x12$\n ERROR_CODE_OUTPUT_LIMIT_EXCEEDED\x10\x05\x12&\n\"ERROR_CODE_SNAPSHOT_LIMIT_EXCEEDED\x10\x06\x12\x1d\n\x19\x45RROR_CODE_INTERNAL_ERROR\x10\x07\x32\xf4\x01\n\x0f\x43odeModeService\x12[\n\x0eGetToolSurface\x12#.cellblock.v1.GetToolSurfaceRequest\x1a$.cellblock.v1.GetToolSurfaceResponse\x12\x41\n\x04\x45xec\x12\x19.cellblock.v1.ExecRequest\x1a\x1a.cellblock.v1.ExecResponse(\x01\x30\x01\x12\x41\n\x04Wait\x12\x19.cellblock.v1.WaitRequest\x1a\x1a.cellblock.v1.WaitResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$cellblock/v1/code_mode_service.proto\x12\x0c\x63\x65llblock.v1\x1a\x19\x63\x65llblock/v1/common.proto\"M\n\x15GetToolSurfaceRequest\x12\"\n\x05scope\x18\x01 \x01(\x0b\x32\x13.cellblock.v1.Scope\x12\x10\n\x08model_id\x18\x02 \x01(\t\"L\n\x0eToolDefinition\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"`\n\x16GetToolSurfaceResponse\x12\x19\n\x11\x63ode_mode_engaged\x18\x01 \x01(\x08\x12+\n\x05tools\x18\x02 \x03(\x0b\x32\x1c.cellblock.v1.ToolDefinition\"\xd8\x02\n\x0eLimitOverrides\x12\x17\n\ntimeout_ms\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1f\n\x12memory_limit_bytes\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1d\n\x10max_output_bytes\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x1f\n\x12max_snapshot_bytes\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12#\n\x16max_pending_tool_calls\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12!\n\x14snapshot_ttl_seconds\x18\x06 \x01(\x03H\x05\x88\x01\x01\x42\r\n\x0b_timeout_msB\x15\n\x13_memory_limit_bytesB\x13\n\x11_max_output_bytesB\x15\n\x13_max_snapshot_bytesB\x19\n\x17_max_pending_tool_callsB\x17\n\x15_snapshot_ttl_seconds\"\xc1\x01\n\tExecStart\x12\"\n\x05scope\x18\x01 \x01(\x0b\x32\x13.cellblock.v1.Scope\x12\x14\n\x0ctool_call_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\x12\x0f\n\x07turn_id\x18\x04 \x01(\t\x12\x1a\n\x12\x66orce_restart_safe\x18\x05 \x01(\x08\x12\x35\n\x0flimit_overrides\x18\x06 \x01(\x0b\x32\x1c.cellblock.v1.LimitOverrides\"]\n\tWaitStart\x12\"\n\x05scope\x18\x01 \x01(\x0b\x32\x13.cellblock.v1.Scope\x12\x14\n\x0ctool_call_id\x18\x02 \x01(\t\x12\x16\n\x0e\x61rguments_json\x18\x03 \x01(\t\"G\n\tToolError\x12)\n\x04kind\x18\x01 \x01(\x0e\x32\x1b.cellblock.v1.ToolErrorKind\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x87\x01\n\nToolResult\x12\x16\n\x0enested_call_id\x18\x01 \x01(\t\x12\x11\n\x07ok_json\x18\x02 \x01(\tH\x00\x12(\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x17.cellblock.v1.ToolErrorH\x00\x12\x19\n\x0foversized_bytes\x18\x04 \x01(\x03H\x00\x42\t\n\x07outcome\"\x18\n\x06\x43\x61ncel\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x9b\x01\n\x0b\x45xecRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.cellblock.v1.ExecStartH\x00\x12/\n\x0btool_result\x18\x02 \x01(\x0b\x32\x18.cellblock.v1.ToolResultH\x00\x12&\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x14.cellblock.v1.CancelH\x00\x42\t\n\x07message\"\x9b\x01\n\x0bWaitRequest\x12(\n\x05start\x18\x01 \x01(\x0b\x32\x17.cellblock.v1.WaitStartH\x00\x12/\n\x0btool_result\x18\x02 \x01(\x0b\x32\x18.cellblock.v1.ToolResultH\x00\x12&\n\x06\x63\x61ncel\x18\x03 \x01(\x0b\x32\x14.cellblock.v1.CancelH\x00\x42\t\n\x07message\"\x81\x02\n\x08ToolCall\x12\x16\n\x0enested_call_id\x18\x01 \x01(\t\x12\x1b\n\x13parent_tool_call_id\x18\x02 \x01(\t\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x11\n\treplay_id\x18\x04 \x01(\t\x12\x12\n\ncatalog_id\x18\x05 \x01(\t\x12(\n\x06source\x18\x06 \x01(\x0e\x32\x18.cellblock.v1.ToolSource\x12\r\n\x05owner\x18\x07 \x01(\t\x12\x0c\n\x04name\x18\x08 \x01(\t\x12.\n\x06method\x18\t \x01(\x0e\x32\x1e.cellblock.v1.NestedCallMethod\x12\x12\n\ninput_json\x18\n \x01(\t\"+\n\x11ToolCallCancelled\x12\x16\n\x0enested_call_id\x18\x01 \x01(\t\"!\n\x0bOutputEvent\x12\x12\n\nentry_json\x18\x01 \x01(\t\"B\n\x10\x42ridgeCallCounts\x12\x0e\n\x06search\x18\x01 \x01(\x03\x12\x10\n\x08\x64\x65scribe\x18\x02 \x01(\x03\x12\x0c\n\x04\x63\x61ll\x18\x03 \x01(\x03\"\x7f\n\x0bRunMetadata\x12\x34\n\x0c\x62ridge_calls\x18\x01 \x01(\x0b\x32\x1e.cellblock.v1.BridgeCallCounts\x12\x11\n\tleg_count\x18\x02 \x01(\x05\x12\x16\n\x0esnapshot_bytes\x18\x03 \x01(\x03\x12\x0f\n\x07\x63\x65ll_id\x18\x04 \x01(\t\"\xbc\x01\n\x06Result\x12\x13\n\x0bresult_json\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0e\x32\x17.cellblock.v1.RunStatus\x12%\n\x04\x63ode\x18\x03 \x01(\x0e\x32\x17.cellblock.v1.ErrorCode\x12\x0e\n\x06run_id\x18\x04 \x01(\t\x12\x10\n\x08trace_id\x18\x05 \x01(\t\x12+\n\x08metadata\x18\x06 \x01(\x0b\x32\x19.cellblock.v1.RunMetadata\"\xdb\x01\n\x0c\x45xecResponse\x12+\n\ttool_call\x18\x01 \x01(\x0b\x32\x16.cellblock.v1.ToolCallH\x00\x12+\n\x06output\x18\x02 \x01(\x0b\x32\x19.cellblock.v1.OutputEventH\x00\x12>\n\x13tool_call_cancelled\x18\x03 \x01(\x0b\x32\x1f.cellblock.v1.ToolCallCancelledH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.cellblock.v1.ResultH\x00\x42\t\n\x07message\"\xdb\x01\n\x0cWaitResponse\x12+\n\ttool_call\x18\x01 \x01(\x0b\x32\x16.cellblock.v1.ToolCallH\x00\x12+\n\x06output\x18\x02 \x01(\x0b\x32\x19.cellblock.v1.OutputEventH\x00\x12>\n\x13tool_call_cancelled\x18\x03 \x01(\x0b\x32\x1f.cellblock.v1.ToolCallCancelledH\x00\x12&\n\x06result\x18\x04 \x01(\x0b\x32\x14.cellblock.v1.ResultH\x00\x42\t\n\x07message*\x98\x01\n\x10NestedCallMethod\x12\"\n\x1eNESTED_CALL_METHOD_UNSPECIFIED\x10\x00\x12\x1b\n\x17NESTED_CALL_METHOD_CALL\x10\x01\x12!\n\x1dNESTED_CALL_METHOD_CALL_VALUE\x10\x02\x12 \n\x1cNESTED_CALL_METHOD_NAMESPACE\x10\x03*\xab\x01\n\rToolErrorKind\x12\x1f\n\x1bTOOL_ERROR_KIND_UNSPECIFIED\x10\x00\x12!\n\x1dTOOL_ERROR_KIND_INVALID_INPUT\x10\x01\x12\x1b\n\x17TOOL_ERROR_KIND_BLOCKED\x10\x02\x12\x1a\n\x16TOOL_ERROR_KIND_FAILED\x10\x03\x12\x1d\n\x19TOOL_ERROR_KIND_CANCELLED\x10\x04*p\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14RUN_STATUS_COMPLETED\x10\x01\x12\x16\n\x12RUN_STATUS_WAITING\x10\x02\x12\x15\n\x11RUN_STATUS_FAILED\x10\x03*\x86\x02\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x45RROR_CODE_INVALID_INPUT\x10\x01\x12\"\n\x1e\x45RROR_CODE_RUNTIME_UNAVAILABLE\x10\x02\x12\x16\n\x12\x45RROR_CODE_ABORTED\x10\x03\x12\x16\n\x12\x45RROR_CODE_TIMEOUT\x10\x04\x12$\n ERROR_CODE_OUTPUT_LIMIT_EXCEEDED\x10\x05\x12&\n\"ERROR_CODE_SNAPSHOT_LIMIT_EXCEEDED\x10\x06\x12\x1d\n\x19\x45RROR_CODE_INTERNAL_ERROR\x10\x07\x32\xf4\x01\n\x0f\x43odeModeService\x12[\n\x0eGetToolSurface\x12#.cellblock.v1.GetToolSurfaceRequest\x1a$.cellblock.v1.GetToolSurfaceResponse\x12\x41\n\x04\x45xec\x12\x19.cellblock.v1.ExecRequest\x1a\x1a.cellblock.v1.ExecResponse(\x01\x30\x01\x12\x41\n\x04Wait\x12\x19.cellblock.v1.WaitRequest\x1a\x1a.cellblock.v1.WaitResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cellblock.v1.code_mode_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_NESTEDCALLMETHOD']._serialized_start=2672
-  _globals['_NESTEDCALLMETHOD']._serialized_end=2824
-  _globals['_TOOLERRORKIND']._serialized_start=2827
-  _globals['_TOOLERRORKIND']._serialized_end=2998
-  _globals['_RUNSTATUS']._serialized_start=3000
-  _globals['_RUNSTATUS']._serialized_end=3112
-  _globals['_ERRORCODE']._serialized_start=3115
-  _globals['_ERRORCODE']._serialized_end=3377
+  _globals['_NESTEDCALLMETHOD']._serialized_start=2700
+  _globals['_NESTEDCALLMETHOD']._serialized_end=2852
+  _globals['_TOOLERRORKIND']._serialized_start=2855
+  _globals['_TOOLERRORKIND']._serialized_end=3026
+  _globals['_RUNSTATUS']._serialized_start=3028
+  _globals['_RUNSTATUS']._serialized_end=3140
+  _globals['_ERRORCODE']._serialized_start=3143
+  _globals['_ERRORCODE']._serialized_end=3405
   _globals['_GETTOOLSURFACEREQUEST']._serialized_start=81
   _globals['_GETTOOLSURFACEREQUEST']._serialized_end=158
   _globals['_TOOLDEFINITION']._serialized_start=160
@@ -54,30 +54,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WAITSTART']._serialized_end=972
   _globals['_TOOLERROR']._serialized_start=974
   _globals['_TOOLERROR']._serialized_end=1045
-  _globals['_TOOLRESULT']._serialized_start=1047
-  _globals['_TOOLRESULT']._serialized_end=1155
-  _globals['_CANCEL']._serialized_start=1157
-  _globals['_CANCEL']._serialized_end=1181
-  _globals['_EXECREQUEST']._serialized_start=1184
-  _globals['_EXECREQUEST']._serialized_end=1339
-  _globals['_WAITREQUEST']._serialized_start=1342
-  _globals['_WAITREQUEST']._serialized_end=1497
-  _globals['_TOOLCALL']._serialized_start=1500
-  _globals['_TOOLCALL']._serialized_end=1757
-  _globals['_TOOLCALLCANCELLED']._serialized_start=1759
-  _globals['_TOOLCALLCANCELLED']._serialized_end=1802
-  _globals['_OUTPUTEVENT']._serialized_start=1804
-  _globals['_OUTPUTEVENT']._serialized_end=1837
-  _globals['_BRIDGECALLCOUNTS']._serialized_start=1839
-  _globals['_BRIDGECALLCOUNTS']._serialized_end=1905
-  _globals['_RUNMETADATA']._serialized_start=1907
-  _globals['_RUNMETADATA']._serialized_end=2034
-  _globals['_RESULT']._serialized_start=2037
-  _globals['_RESULT']._serialized_end=2225
-  _globals['_EXECRESPONSE']._serialized_start=2228
-  _globals['_EXECRESPONSE']._serialized_end=2447
-  _globals['_WAITRESPONSE']._serialized_start=2450
-  _globals['_WAITRESPONSE']._serialized_end=2669
-  _globals['_CODEMODESERVICE']._serialized_start=3380
-  _globals['_CODEMODESERVICE']._serialized_end=3624
+  _globals['_TOOLRESULT']._serialized_start=1048
+  _globals['_TOOLRESULT']._serialized_end=1183
+  _globals['_CANCEL']._serialized_start=1185
+  _globals['_CANCEL']._serialized_end=1209
+  _globals['_EXECREQUEST']._serialized_start=1212
+  _globals['_EXECREQUEST']._serialized_end=1367
+  _globals['_WAITREQUEST']._serialized_start=1370
+  _globals['_WAITREQUEST']._serialized_end=1525
+  _globals['_TOOLCALL']._serialized_start=1528
+  _globals['_TOOLCALL']._serialized_end=1785
+  _globals['_TOOLCALLCANCELLED']._serialized_start=1787
+  _globals['_TOOLCALLCANCELLED']._serialized_end=1830
+  _globals['_OUTPUTEVENT']._serialized_start=1832
+  _globals['_OUTPUTEVENT']._serialized_end=1865
+  _globals['_BRIDGECALLCOUNTS']._serialized_start=1867
+  _globals['_BRIDGECALLCOUNTS']._serialized_end=1933
+  _globals['_RUNMETADATA']._serialized_start=1935
+  _globals['_RUNMETADATA']._serialized_end=2062
+  _globals['_RESULT']._serialized_start=2065
+  _globals['_RESULT']._serialized_end=2253
+  _globals['_EXECRESPONSE']._serialized_start=2256
+  _globals['_EXECRESPONSE']._serialized_end=2475
+  _globals['_WAITRESPONSE']._serialized_start=2478
+  _globals['_WAITRESPONSE']._serialized_end=2697
+  _globals['_CODEMODESERVICE']._serialized_start=3408
+  _globals['_CODEMODESERVICE']._serialized_end=3652
 # @@protoc_insertion_point(module_scope)

@@ -458,6 +458,7 @@ class ToolResult(_message.Message):
     NESTED_CALL_ID_FIELD_NUMBER: _builtins.int
     OK_JSON_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    OVERSIZED_BYTES_FIELD_NUMBER: _builtins.int
     nested_call_id: _builtins.str
     """The `nested_call_id` of the ToolCall being answered."""
     ok_json: _builtins.str
@@ -465,6 +466,13 @@ class ToolResult(_message.Message):
     `{"content": [...], "details": {...}}`. Larger than the reply inbox
     (min(memoryLimitBytes, maxSnapshotBytes) compact bytes) is refused with
     B12 in the guest.
+    """
+    oversized_bytes: _builtins.int
+    """The result could not be sent: its JSON text is this many bytes, so the
+    ToolResult would exceed the service's message cap (64 MiB). The guest
+    gets B12 with this size; the stream and the run go on. A runtime must
+    send this instead of an oversized message, which gRPC refuses by
+    ending the whole stream.
     """
     @_builtins.property
     def error(self) -> Global___ToolError:
@@ -476,12 +484,13 @@ class ToolResult(_message.Message):
         nested_call_id: _builtins.str = ...,
         ok_json: _builtins.str = ...,
         error: Global___ToolError | None = ...,
+        oversized_bytes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "ok_json", b"ok_json", "outcome", b"outcome"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "ok_json", b"ok_json", "outcome", b"outcome", "oversized_bytes", b"oversized_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "nested_call_id", b"nested_call_id", "ok_json", b"ok_json", "outcome", b"outcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "nested_call_id", b"nested_call_id", "ok_json", b"ok_json", "outcome", b"outcome", "oversized_bytes", b"oversized_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["ok_json", "error"]  # noqa: Y015
+    _WhichOneofReturnType_outcome: _TypeAlias = _typing.Literal["ok_json", "error", "oversized_bytes"]  # noqa: Y015
     _WhichOneofArgType_outcome: _TypeAlias = _typing.Literal["outcome", b"outcome"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_outcome) -> _WhichOneofReturnType_outcome | None: ...
 

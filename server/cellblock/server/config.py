@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
-from cellblock.server.limits import min_resume_budget_ms, reply_inbox_bytes, value_reserve_bytes
+from cellblock.server.limits import max_source_bytes, min_resume_budget_ms, reply_inbox_bytes, value_reserve_bytes
 
 __all__ = [
     "DEFAULT_MODEL_TIERS",
@@ -182,6 +182,11 @@ class Limits:
     def value_reserve_bytes(self) -> int:
         """Bytes of the output budget reserved for the value or error (SPEC §2.3)."""
         return value_reserve_bytes(self.max_output_bytes)
+
+    @property
+    def max_source_bytes(self) -> int:
+        """The program size bound, in UTF-8 bytes (SPEC §2.3)."""
+        return max_source_bytes(self.memory_limit_bytes)
 
     @property
     def reply_inbox_bytes(self) -> int:

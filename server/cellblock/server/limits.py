@@ -110,6 +110,25 @@ def reply_inbox_bytes(memory_limit_bytes: int, max_snapshot_bytes: int) -> int:
     return min(memory_limit_bytes, max_snapshot_bytes)
 
 
+MAX_SOURCE_BYTES = 1024 * 1024
+"""Upper end of the program size bound, in UTF-8 bytes; quoted by [E09]."""
+
+
+def max_source_bytes(memory_limit_bytes: int) -> int:
+    """Returns the program size bound of a run.
+
+    A program must compile inside the cell's heap, where its bytecode and
+    constants take several times its text.
+
+    Args:
+        memory_limit_bytes: The run's engine heap limit in bytes.
+
+    Returns:
+        ``min(1048576, floor(memory_limit_bytes / 16))`` UTF-8 bytes.
+    """
+    return min(MAX_SOURCE_BYTES, memory_limit_bytes // 16)
+
+
 # --- Other fixed limits ---------------------------------------------------------------------
 
 ECHO_MAX_CHARS = 200

@@ -42,6 +42,11 @@ E07 = "restartSafe must be true or false."
 E08 = "code mode is disabled on this cellblock service."
 
 
+def e09(source_bytes: int, limit_bytes: int) -> str:
+    """[E09]: the program is larger than the program size bound (SPEC §2.3)."""
+    return f"the program is {source_bytes} bytes, more than the {limit_bytes}-byte program limit; send a shorter program and fetch large data with tools."
+
+
 def e05(language: str) -> str:
     """Returns [E05] for a language disabled by the ``languages`` setting.
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from cellblock.guest._vm import CellVM, VMPoisonedError
+from tests.support.outbox import take_items
 
 LIMITS = {"maxPendingToolCalls": 4, "replyInboxBytes": 1 << 20, "maxOutputBytes": 4096, "outputSpentBytes": 0, "outputClosed": False}
 CATALOG = {"allTools": [{"id": "host:core:echo", "source": "host", "sourceName": "core", "name": "echo", "description": "", "input": "{}"}], "convenience": {"echo": "host:core:echo"}, "apiFiles": []}
@@ -31,7 +32,7 @@ def run(source: str, answer: Any = None, **kw: Any) -> tuple[dict[str, Any], lis
     vm.start(source)
     sent: list[tuple[Any, ...]] = []
     for _ in range(100):
-        items = vm.outbox.take()
+        items = take_items(vm)
         sent.extend(items)
         status = vm.status()
         requests = [i for i in items if i[0] == "request" and not i[4]]
@@ -85,7 +86,7 @@ def test_rethrown_new_error_after_caught_rejection_is_guest() -> None:
 def test_pending_cap_refuses_in_the_guest() -> None:
     vm = new_vm()
     vm.start("for (let i = 0; i < 6; i++) tools.echo({i}).catch(e => text(e.message)); return 1")
-    items = vm.outbox.take()
+    items = take_items(vm)
     refused = [i for i in items if i[0] == "request" and i[4]]
     outputs = [json.loads(i[1])["text"] for i in items if i[0] == "output"]
     assert len(refused) == 2 and {i[4] for i in refused} == {"pending_cap"}
@@ -155,12 +156,26 @@ def test_overwriting_builtins_does_not_break_the_bridge() -> None:
 def test_output_budget_closes_channel_and_counts_omissions() -> None:
     vm = new_vm(limits={"maxOutputBytes": 1024})
     vm.start('for (let i = 0; i < 50; i++) console.log("y".repeat(40)); return 1')
-    accepted = [i for i in vm.outbox.take() if i[0] == "output"]
-    out = vm.output_state()
+    outbox = vm.take()
+    accepted = [i for i in outbox.items if i[0] == "o"]
     # C = 1024 - 256 = 768; K = 256: entries of 65 bytes fit while spent + 65 + 256 <= 768.
     assert len(accepted) == 7
-    assert out["omittedEntries"] == 43 and out["closed"] is True
-    assert json.loads(out["firstOmitted"]) == "y" * 40
+    assert outbox.omitted_entries == 43 and outbox.omitted_bytes == 43 * 65
+    assert json.loads(outbox.first_omitted) == "y" * 40
+    # The next take reports only what was omitted since, and the first content once.
+    vm.settle("bridge:none:1", True, "null", "")
+    again = vm.take()
+    assert (again.omitted_entries, again.first_omitted) == (0, "")
+
+
+def test_refusal_flood_crosses_as_one_range_per_method() -> None:
+    """A flood of pending-cap refusals is one outbox item, so it costs no host call per request."""
+    vm = new_vm()
+    vm.start("for (let i = 0; i < 3000; i++) tools.echo({i}).catch(() => {}); tools.search('x').catch(() => {}); return 1")
+    items = vm.take().items
+    assert [i[0] for i in items] == ["r"] * 4 + ["x", "x"]
+    assert items[4] == ["x", "callValue", "pending_cap", 5, 2996]
+    assert items[5] == ["x", "search", "pending_cap", 1, 1]
 
 
 def test_deadline_interrupts_busy_loop_and_poisons_vm() -> None:
@@ -183,7 +198,7 @@ def test_deep_recursion_traps_or_throws_range_error() -> None:
 def test_snapshot_restore_keeps_state_and_pending_promise() -> None:
     vm = new_vm()
     vm.start("const m = new Map([['k', 1]]); class K { constructor() { this.v = 2; } }; const k = new K(); const r = await tools.echo({}); return [m.get('k'), k.v, k instanceof K, r]")
-    request = [i for i in vm.outbox.take() if i[0] == "request"][0]
+    request = [i for i in take_items(vm) if i[0] == "request"][0]
     data, raw = vm.snapshot()
     assert raw > len(data) > 0
     vm.close()
@@ -213,7 +228,7 @@ def test_out_of_memory_inside_json_is_not_turned_into_a_string() -> None:
     except VMPoisonedError as exc:
         assert exc.kind == "memory"
         return
-    requests = [i for i in vm.outbox.take() if i[0] == "request"]
+    requests = [i for i in take_items(vm) if i[0] == "request"]
     assert all("[object Object]" not in i[3] for i in requests), "an engine failure must not become String(value)"
     status = vm.status()
     assert status["phase"] == "rejected" and "out of memory" in json.loads(status["failureMessage"])
@@ -227,7 +242,7 @@ def test_snapshot_parks_the_controller_where_guest_setters_cannot_see_it() -> No
         " Object.setPrototypeOf(globalThis, new Proxy({}, {set(t, k, v) { stolen = v; return true; }, defineProperty() { return false; }}));"
         " const r = await tools.echo({}); return typeof stolen;"
     )
-    request = [i for i in vm.outbox.take() if i[0] == "request"][0]
+    request = [i for i in take_items(vm) if i[0] == "request"][0]
     data, _ = vm.snapshot()
     vm.close()
     vm2 = CellVM(memory_limit_bytes=32 << 20, deadline=time.monotonic() + 5)

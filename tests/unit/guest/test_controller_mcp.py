@@ -15,6 +15,7 @@ from cellblock.guest._vm import CellVM
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.catalog import Catalog
 from cellblock.server.config import CodeModeConfig
+from tests.support.outbox import take_items
 
 LIMITS = {"maxPendingToolCalls": 4, "replyInboxBytes": 1 << 20, "maxOutputBytes": 4096, "outputSpentBytes": 0, "outputClosed": False}
 
@@ -51,7 +52,7 @@ def run(source: str, tools: list[dict[str, Any]] = TOOLS, answer: Any = None) ->
     vm.start(source)
     sent: list[tuple[Any, ...]] = []
     for _ in range(50):
-        items = vm.outbox.take()
+        items = take_items(vm)
         sent.extend(items)
         requests = [i for i in items if i[0] == "request" and not i[4]]
         if not requests:

@@ -1,5 +1,7 @@
 """exec and wait argument validation (SPEC §5.1, §5.2 items 1–2)."""
 
+import json
+
 import pytest
 
 from cellblock.server import messages as m
@@ -69,9 +71,21 @@ def test_validate_exec(
     arguments: str, enabled: object, languages: list[str], force: bool, expected: object
 ) -> None:
     result = validate_exec(
-        arguments, enabled=enabled, languages=languages, force_restart_safe=force  # type: ignore[arg-type]
+        arguments, enabled=enabled, languages=languages, force_restart_safe=force, max_source_bytes=1024  # type: ignore[arg-type]
     )
     assert result == expected
+
+
+@pytest.mark.parametrize(("source", "fits"), [("x" * 1024, True), ("x" * 1025, False), ("é" * 512, True), ("é" * 513, False), ("\ud800" * 341, True), ("\ud800" * 342, False)])
+def test_validate_exec_bounds_the_program_size_in_utf8_bytes(source: str, fits: bool) -> None:
+    """SPEC §5.1, §2.3: a program over the size bound is [E09], naming its size and the bound."""
+    arguments = json.dumps({"command": source})
+    result = validate_exec(arguments, enabled=True, languages=["javascript"], force_restart_safe=False, max_source_bytes=1024)
+    if fits:
+        assert isinstance(result, ValidatedExec)
+    else:
+        size = len(source.encode("utf-8", "surrogatepass"))
+        assert result == InputFailure(m.e09(size, 1024))
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,9 @@ REJECTED = [
     'r\\u0065quire("fs")',
     'r\\u{65}quire("fs")',
     "({ require })",
-    "typeof require",
     'new require("x")',
+    "typeof (0, require)",
+    "if (typeof require === \"function\") require(\"fs\")",
     'function f() { return () => require("x") }',
     'module.require("fs")',
     'module?.require("fs")',
@@ -69,6 +70,10 @@ ALLOWED = [
     'return x["require"]',
     "return new.target",
     "return `${api.import(1)}`",
+    # typeof is a probe (SPEC §6.6, §8.1 item 2), also parenthesised.
+    "return typeof require",
+    "return typeof (require) === \"undefined\"",
+    "return [typeof require, typeof module, typeof process, typeof exports]",
 ]
 
 

@@ -131,8 +131,11 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
                     which = msg.WhichOneof("message")
                     if which == "tool_result":
                         tr = msg.tool_result
-                        if tr.WhichOneof("outcome") == "ok_json":
+                        outcome = tr.WhichOneof("outcome")
+                        if outcome == "ok_json":
                             ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json)))
+                        elif outcome == "oversized_bytes":
+                            ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes))))
                         else:
                             ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, error_kind=_ERROR_KINDS.get(tr.error.kind, "failed"), error_message=tr.error.message)))
                     elif which == "cancel":

@@ -150,6 +150,8 @@ class StreamPorts(LegPorts):
         entry = request.entry["entry"]
         # In tool messages <id> is the guest path for namespace calls (SPEC §14).
         label = request.entry.get("label", entry.id)
+        if outcome.oversized_bytes > 0:
+            raise BridgeReplyError(msg.b12(label, outcome.oversized_bytes, inbox_bytes), "internal")
         if outcome.ok_json is None:
             kind = outcome.error_kind
             if kind == "invalid_input":

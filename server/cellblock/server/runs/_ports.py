@@ -26,12 +26,15 @@ class ToolOutcome:
         error_kind: ``invalid_input``, ``blocked``, ``failed`` or ``cancelled``
             when it did not.
         error_message: The runtime's message for a failure.
+        oversized_bytes: The size in bytes of a result the runtime could not
+            send because it exceeds the service's message cap (the guest gets [B12]).
     """
 
     nested_call_id: str
     ok_json: str | None = None
     error_kind: str = ""
     error_message: str = ""
+    oversized_bytes: int = 0
 
 
 class LegPorts(abc.ABC):

@@ -104,6 +104,7 @@ class Runner:
             enabled=self.config.enabled,
             languages=self.config.languages,
             force_restart_safe=force_restart_safe,
+            max_source_bytes=limits.max_source_bytes,
         )
         if isinstance(checked, InputFailure):
             restart = force_restart_safe

@@ -78,6 +78,7 @@ def validate_exec(
     enabled: bool | str,
     languages: Sequence[str],
     force_restart_safe: bool,
+    max_source_bytes: int,
 ) -> ValidatedExec | InputFailure:
     """Validates ``exec`` arguments in the order of SPEC §5.1.
 
@@ -87,10 +88,11 @@ def validate_exec(
         languages: The configured non-empty list of enabled languages, in
             configuration order.
         force_restart_safe: ``forceRestartSafe`` from the runtime's start message.
+        max_source_bytes: The program size bound of the run (SPEC §2.3), in UTF-8 bytes.
 
     Returns:
         The validated source, language and effective restartSafe, or the first
-        failure ([E08], [E01]–[E07]).
+        failure ([E08], [E01]–[E07], [E09]).
     """
     if enabled is False:
         return InputFailure(m.E08)
@@ -109,6 +111,9 @@ def validate_exec(
         source = code
     else:
         return InputFailure(m.E03)
+    source_bytes = len(str(source).encode("utf-8", "surrogatepass"))
+    if source_bytes > max_source_bytes:
+        return InputFailure(m.e09(source_bytes, max_source_bytes))
     language = arguments.get("language")
     if language is None:
         language = "javascript" if "javascript" in languages else languages[0]
