@@ -288,3 +288,25 @@ async def test_deeply_nested_tool_result_gets_a_bounded_answer(client: Cellblock
     assert result.status == "completed", result.raw_json[:300]
     assert result.value == "the tool result is nested too deeply to serialise as JSON"
     assert time.monotonic() - started < 8.0, "the run waited for an answer that never came"
+
+
+# ------------------------------------------------------------------ item 11: registration errors name the tool
+#: Invalid tools of every kind, each at index 1 after a valid one; how the error names it.
+INVALID_REGISTRATIONS = {
+    "output schema": (Tool(source="host", owner="shipping", name="quote", output_schema={"type": "object", "required": "id"}), "tool 1 (host:shipping:quote): outputSchema is not a valid JSON Schema"),
+    "parameters schema": (Tool(source="host", owner="core", name="read", parameters={"type": "strnig"}), "tool 1 (host:core:read): parameters is not a valid JSON Schema"),
+    "unresolvable $ref": (Tool(source="host", owner="core", name="ref", parameters={"$ref": "#/$defs/none"}), "tool 1 (host:core:ref): parameters is not a valid JSON Schema"),
+    "owner": (Tool(source="client", owner="a b", name="pick"), 'tool 1 ("pick"): owner must not contain'),
+    "duplicate id": (Tool(source="host", owner="core", name="ok"), "tool 1 (host:core:ok): duplicate id host:core:ok (also tool 0)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INVALID_REGISTRATIONS))
+async def test_registration_errors_name_the_tool(client: CellblockClient, scope: Scope, case: str) -> None:
+    """SPEC §3.2 item 4: the error names the tool's index, its id (or name) and the problem."""
+    from cellblock.client import InvalidArgumentError
+
+    tool, expected = INVALID_REGISTRATIONS[case]
+    with pytest.raises(InvalidArgumentError) as caught:
+        await client.put_catalog(scope, [Tool(source="host", owner="core", name="ok"), tool])
+    assert expected in str(caught.value), str(caught.value)

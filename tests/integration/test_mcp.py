@@ -321,7 +321,7 @@ async def test_caller_cannot_shadow_a_hosted_server(mcp_client: CellblockClient,
     shadow = Tool(source="mcp", owner="time", name="get_current_time", description="CALLER VERSION")
     with pytest.raises(InvalidArgumentError, match="owner 'time' is an MCP server hosted by this cellblock service"):
         await mcp_client.put_catalog(scope, [Tool(source="host", name="noop"), shadow])
-    with pytest.raises(InvalidArgumentError, match="tool 0: owner 'time'"):
+    with pytest.raises(InvalidArgumentError, match=r"tool 0 \(mcp:time:get_current_time\): owner 'time'"):
         await mcp_client.put_catalog(scope, [shadow], mode="merge")
 
 

@@ -116,7 +116,7 @@ def test_output_nullable_details() -> None:
 def test_unresolvable_reference_is_refused_at_registration() -> None:
     # A trusted schema that could never be evaluated is refused when registered (issue #5),
     # rather than failing every later call; remote references are never fetched.
-    with pytest.raises(CatalogRegistrationError, match=r'tool 0: parameters is not a valid JSON Schema: \$ref "https://example.invalid/s.json" does not resolve'):
+    with pytest.raises(CatalogRegistrationError, match=r'tool 0 \(host:o:t\): parameters is not a valid JSON Schema: \$ref "https://example.invalid/s.json" does not resolve'):
         entry({"type": "object", "properties": {"a": {"$ref": "https://example.invalid/s.json"}}})
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -58,6 +59,34 @@ INVALID_TOOLS: list[tuple[str, Any, str]] = [
     ),
 ]
 
+#: The name an invalid tool's error gives it: its id when source, owner and name are valid,
+#: else its name (JSON-quoted); tools with neither are named by index only.
+EXPECTED_LABELS = {
+    json.dumps(tool, sort_keys=True): label
+    for tool, label in [
+        ({"name": "x"}, '"x"'),
+        ({"source": "web", "name": "x"}, '"x"'),
+        ({"source": "mcp", "name": "x"}, '"x"'),
+        ({"source": "host", "owner": "a:b", "name": "x"}, '"x"'),
+        ({"source": "client", "owner": "a b", "name": "x"}, '"x"'),
+        ({"source": "host", "owner": "  ", "name": "x"}, '"x"'),
+        ({"source": "host", "owner": 3, "name": "x"}, '"x"'),
+        ({"source": "host", "name": "a\nb"}, '"a\\nb"'),
+        ({"source": "host", "name": "a\x7f"}, '"a\x7f"'),
+        ({"source": "host", "name": "x", "label": 5}, "host:core:x"),
+        ({"source": "host", "name": "x", "description": []}, "host:core:x"),
+        ({"source": "host", "name": "x", "replaySafe": "yes"}, "host:core:x"),
+        ({"source": "host", "name": "x", "sideEffecting": 1}, "host:core:x"),
+        ({"source": "client", "name": "x", "directOnly": 0}, "client:client:x"),
+        ({"source": "host", "name": "x", "operation": "tool"}, "host:core:x"),
+        ({"source": "mcp", "owner": "gh", "name": "x", "operation": "tools.list"}, "mcp:gh:x"),
+        ({"source": "host", "name": "x", "parameters": {"type": "strnig"}}, "host:core:x"),
+        ({"source": "host", "name": "x", "parameters": [1]}, "host:core:x"),
+        ({"source": "host", "name": "x", "outputSchema": {"type": "object", "required": "a"}}, "host:core:x"),
+        ({"source": "host", "name": "x", "parameters": {"$schema": "http://example.com/my-draft", "type": "object"}}, "host:core:x"),
+    ]
+}
+
 
 @pytest.mark.parametrize(("tool", "problem"), [c[1:] for c in INVALID_TOOLS], ids=[c[0] for c in INVALID_TOOLS])
 def test_invalid_tool_fails_whole_registration_naming_index(tool: Any, problem: str) -> None:
@@ -67,7 +96,10 @@ def test_invalid_tool_fails_whole_registration_naming_index(tool: Any, problem: 
         catalog.register([OK, {"source": "client", "name": "fine"}, tool])
     assert caught.value.index == 2
     assert caught.value.problem.startswith(problem)
-    assert str(caught.value).startswith(f"tool 2: {problem}")
+    # The message names the tool itself where it can (SPEC §3.2 item 4): its id, else its name.
+    label = EXPECTED_LABELS.get(json.dumps(tool, sort_keys=True))
+    named = f"tool 2 ({label}): " if label else "tool 2: "
+    assert str(caught.value).startswith(named + problem), str(caught.value)
     assert catalog.view is before
     assert [e.id for e in catalog.view.entries] == ["host:core:kept"]
 

@@ -73,7 +73,9 @@ def _hosted_tools(state: ServiceState, tools: list[dict[str, Any]]) -> list[dict
     for index, tool in enumerate(tools):
         owner = tool.get("owner")
         if tool.get("source") == "mcp" and isinstance(owner, str) and owner.strip() in servers:
-            raise CatalogRegistrationError(index, f"owner {owner.strip()!r} is an MCP server hosted by this cellblock service; its tools join every catalog by themselves")
+            name = tool.get("name")
+            label = f"mcp:{owner.strip()}:{name}" if isinstance(name, str) and name.strip() else None
+            raise CatalogRegistrationError(index, f"owner {owner.strip()!r} is an MCP server hosted by this cellblock service; its tools join every catalog by themselves", label)
     return hosted
 
 

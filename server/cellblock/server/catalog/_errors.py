@@ -25,12 +25,21 @@ class CatalogRegistrationError(ValueError):
         index: Zero-based index of the offending tool in the registration, or ``None`` when
             the problem is in the registration itself (mode, allow, deny, directToolNames).
         problem: What is wrong, for example ``"name must be a non-empty string"``.
+        tool: The offending tool's catalog id, or its name when no id can be formed
+            (``None`` when it has neither), so the message names the tool itself.
     """
 
-    def __init__(self, index: int | None, problem: str) -> None:
+    def __init__(self, index: int | None, problem: str, tool: str | None = None) -> None:
         self.index = index
         self.problem = problem
-        super().__init__(problem if index is None else f"tool {index}: {problem}")
+        self.tool = tool
+        if index is None:
+            text = problem
+        elif tool is None:
+            text = f"tool {index}: {problem}"
+        else:
+            text = f"tool {index} ({tool}): {problem}"
+        super().__init__(text)
 
 
 class BridgeReplyError(Exception):

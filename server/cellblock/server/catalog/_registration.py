@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -148,6 +149,25 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
     )
 
 
+def _tool_label(tool: object) -> str | None:
+    """Names an invalid tool in its error (SPEC §3.2 item 4): its id when source, owner
+    and name are valid, else its name when that is a string, else ``None``."""
+    if not isinstance(tool, Mapping):
+        return None
+    try:
+        name = _name(tool)
+    except _ToolProblemError:
+        raw = tool.get("name")
+        return json.dumps(raw[:200], ensure_ascii=False) if isinstance(raw, str) and raw.strip() else None
+    source = tool.get("source")
+    if isinstance(source, str) and source in ("host", "mcp", "client"):
+        try:
+            return f"{source}:{_owner(tool, source)}:{name}"
+        except _ToolProblemError:
+            pass
+    return json.dumps(name[:200], ensure_ascii=False)
+
+
 def parse_tools(tools: object) -> list[RegisteredTool]:
     """Validates every tool of a registration (SPEC §3.2 items 2-4).
 
@@ -171,10 +191,10 @@ def parse_tools(tools: object) -> list[RegisteredTool]:
         try:
             registered = _parse_tool(index, tool)
         except (_ToolProblemError, ValueError) as error:
-            raise CatalogRegistrationError(index, str(error)) from None
+            raise CatalogRegistrationError(index, str(error), _tool_label(tool)) from None
         entry_id = registered.entry.id
         if entry_id in seen:
-            raise CatalogRegistrationError(index, f"duplicate id {entry_id} (also tool {seen[entry_id]})")
+            raise CatalogRegistrationError(index, f"duplicate id {entry_id} (also tool {seen[entry_id]})", entry_id)
         seen[entry_id] = index
         parsed.append(registered)
     return parsed
