@@ -310,3 +310,49 @@ async def test_registration_errors_name_the_tool(client: CellblockClient, scope:
     with pytest.raises(InvalidArgumentError) as caught:
         await client.put_catalog(scope, [Tool(source="host", owner="core", name="ok"), tool])
     assert expected in str(caught.value), str(caught.value)
+
+
+# ------------------------------------------------------------------ item 6: bridge records carry their ids
+async def test_every_bridge_record_carries_bridge_id_and_nested_call_id(client: CellblockClient, scope: Scope) -> None:
+    """SPEC §13 items 1, 4-5: records about bridge requests name them, in every leg."""
+    import structlog
+
+    from cellblock.client import ToolRefused
+    from cellblock.server.logging import add_trace_ids
+
+    await client.put_catalog(scope, TOOLS)
+
+    async def refusing(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+        raise ToolRefused("blocked", "policy says no")
+
+    program = (
+        "await tools.callValue('echo', { n: 1 });\n"
+        "try { await tools.callValue('lookup', {}); } catch (e) {}\n"
+        "try { await tools.callValue('host:core:missing', {}); } catch (e) {}\n"
+        "await yield_control('later');\n"
+        "return await tools.callValue('echo', { n: 2 });"
+    )
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars, add_trace_ids]) as logs:
+        first = await client.exec(scope, tool_call_id="ids", code=program, handlers={"echo": _echo, "lookup": refusing})
+        assert first.status == "waiting", first.raw_json
+        done = await client.wait(scope, tool_call_id="ids-wait", run_id=first.run_id, handlers={"echo": _echo})
+        assert done.status == "completed" and done.value == {"n": 2}
+    dispatched = [e for e in logs if e["event"] == "tool_call.dispatched"]
+    answered = [e for e in logs if e["event"] == "tool_call.answered"]
+    assert [e["bridge_id"] for e in dispatched] == ["bridge:callValue:1", "bridge:callValue:2", "bridge:callValue:4"]
+    assert [e["bridge_id"] for e in answered] == ["bridge:callValue:1", "bridge:callValue:2", "bridge:callValue:4"]
+    assert [e["outcome"] for e in answered] == ["ok", "blocked", "ok"]
+    nested_ids = {e["bridge_id"]: e["nested_call_id"] for e in dispatched}
+    assert all(v.startswith("cellblock_ids_") for v in nested_ids.values()) and len(set(nested_ids.values())) == 3
+    for e in (*dispatched, *answered):
+        assert e["nested_call_id"] == nested_ids[e["bridge_id"]]
+        assert e["run_id"] == first.run_id and e["session_id"] == scope.session_id and e["tool_call_id"] == "ids"
+    assert dispatched[-1]["wait_tool_call_id"] == "ids-wait"
+    # Rejections name the request too: the blocked call (with its nested call id) and the unknown tool.
+    rejected = {e["bridge_id"]: e for e in logs if e["event"] == "bridge.rejected"}
+    assert rejected["bridge:callValue:2"]["nested_call_id"] == nested_ids["bridge:callValue:2"]
+    assert "bridge:callValue:3" in rejected and rejected["bridge:callValue:3"]["nested_call_id"] is None
+    # Every record that talks about a bridge request says which one.
+    for e in logs:
+        if e["event"].startswith(("tool_call.", "bridge.")) and e["event"] != "bridge.refused_by_guest_total":
+            assert "bridge_id" in e, e

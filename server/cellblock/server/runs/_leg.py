@@ -101,6 +101,13 @@ def record_tool_outcome(run: Run, ports: LegPorts, outcome: ToolOutcome, inbox_b
     p = next((q for q in run.pending.values() if q.nested_call_id == outcome.nested_call_id and q.dispatched), None)
     if p is None or p.result is not None:
         return None
+    log.info(
+        "tool_call.answered",
+        run_id=run.run_id,
+        bridge_id=p.bridge_id,
+        nested_call_id=p.nested_call_id,
+        outcome="ok" if outcome.ok_json is not None else ("oversized" if outcome.oversized_bytes else outcome.error_kind or "failed"),
+    )
     try:
         value = ports.project_result(p, outcome, inbox_bytes)
     except RecursionError:
@@ -139,6 +146,7 @@ def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest, reserve_slot:
     start_tool_call(run, p)
     if not p.entry.get("replaySafe"):
         run.non_replay_safe_dispatched = True
+    log.info("tool_call.dispatched", run_id=run.run_id, bridge_id=p.bridge_id, nested_call_id=p.nested_call_id, method=p.method, tool_id=str(getattr(p.entry.get("entry"), "id", "")))
     ports.dispatch(run, p)
     return True
 
@@ -523,17 +531,17 @@ class Leg:
         run = self.run_
         m = _BRIDGE_ID.match(req.bridge_id)
         if req.method not in _METHODS:
-            self._log.error("bridge.protocol", message=msg.p01(req.method))
+            self._log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p01(req.method))
             return
         if not m or m.group(1) != req.method:
-            self._log.error("bridge.protocol", message=msg.p02(req.bridge_id))
+            self._log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p02(req.bridge_id))
             return
         n = int(m.group(2))
         if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
             self._on_refused(req, n)
             return
         if req.bridge_id in run.seen_bridge_ids:
-            self._log.error("bridge.protocol", message=msg.p03(req.bridge_id))
+            self._log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p03(req.bridge_id))
             return
         run.seen_bridge_ids.add(req.bridge_id)
         run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
@@ -559,7 +567,7 @@ class Leg:
         run = self.run_
         last = first + max(1, req.refused_count) - 1
         if first <= run.bridge_counters.get(req.method, 0) or last >= 10**16:
-            self._log.error("bridge.protocol", message=msg.p03(req.bridge_id))
+            self._log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p03(req.bridge_id))
             return
         run.bridge_counters[req.method] = last
         provenance = "input" if req.refusal in (bpb.GUEST_REFUSAL_TOO_LARGE, bpb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS) else "internal"
@@ -659,6 +667,7 @@ class Leg:
     def _abandon_dispatched(self) -> None:
         for p in self.run_.pending.values():
             if p.dispatched and p.nested_call_id and p.result is None:
+                self._log.info("tool_call.abandoned", bridge_id=p.bridge_id, nested_call_id=p.nested_call_id)
                 self.ports.cancel_notice(p.nested_call_id)
 
     # ---------------------------------------------------------- output/end
