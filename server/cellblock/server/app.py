@@ -64,6 +64,13 @@ class ServerSettings:
             JSON object ``{"<server name>": {"command": [...], "env": {...}} |
             {"url": "http://..."}}``, see :mod:`cellblock.server.mcp`); their
             tools join every scope's catalog (SPEC §3.2 item 7).
+        keepalive_min_ping_interval_ms: The shortest interval between a
+            client's HTTP/2 keepalive pings that the server accepts while it
+            sends no data (``CELLBLOCK_KEEPALIVE_MIN_PING_INTERVAL_MS``, default
+            5000): common client defaults (a ping every 10 s, also without
+            calls) work through long, quiet legs. A client that pings more
+            often gets :data:`KEEPALIVE_MAX_PING_STRIKES` strikes, then
+            ``GOAWAY`` (``UNAVAILABLE: Too many pings``). See :func:`keepalive_options`.
     """
 
     address: str = "127.0.0.1:50051"
@@ -77,6 +84,7 @@ class ServerSettings:
     traces: str = "none"
     metrics: str = "none"
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    keepalive_min_ping_interval_ms: int = 5000
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ServerSettings:
@@ -102,6 +110,7 @@ class ServerSettings:
             traces=env.get("CELLBLOCK_TRACES", base.traces),
             metrics=env.get("CELLBLOCK_METRICS", base.metrics),
             mcp_servers=parse_mcp_servers(env.get("CELLBLOCK_MCP_SERVERS", "")),
+            keepalive_min_ping_interval_ms=int(env.get("CELLBLOCK_KEEPALIVE_MIN_PING_INTERVAL_MS", base.keepalive_min_ping_interval_ms)),
         )
 
 
@@ -153,6 +162,33 @@ class Service:
             await self.state.mcp_hub.close()
 
 
+#: Pings inside the permitted interval tolerated before the server sends GOAWAY.
+KEEPALIVE_MAX_PING_STRIKES = 2
+
+
+def keepalive_options(min_ping_interval_ms: int) -> list[tuple[str, int]]:
+    """The server's HTTP/2 keepalive policy (README "Keepalive").
+
+    gRPC servers by default refuse client pings more frequent than every
+    5 minutes while no data flows, and answer the third early one with
+    ``GOAWAY``: a client pinging every 10 s (a common default) loses its
+    stream in the middle of a long leg that waits on a tool.
+
+    Args:
+        min_ping_interval_ms: The shortest accepted interval between pings
+            while the server sends no data, in milliseconds (at least 1).
+
+    Returns:
+        grpc server options: pings permitted without calls, the interval,
+        and the strike limit.
+    """
+    return [
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", max(1, int(min_ping_interval_ms))),
+        ("grpc.http2.max_ping_strikes", KEEPALIVE_MAX_PING_STRIKES),
+    ]
+
+
 async def start_service(settings: ServerSettings, executor: Executor | None = None) -> Service:
     """Starts the gRPC server and returns the running service.
 
@@ -177,6 +213,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
         options=[
             ("grpc.max_receive_message_length", MAX_API_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_API_MESSAGE_BYTES),
+            *keepalive_options(settings.keepalive_min_ping_interval_ms),
         ]
     )
     catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(state, registry), server)
