@@ -79,7 +79,7 @@ async def test_without_the_policy_the_same_client_is_cut_off(keepalive_service: 
         await _long_quiet_leg(keepalive_service)
 
 
-def test_default_policy_admits_common_client_defaults() -> None:
+async def test_default_policy_admits_common_client_defaults() -> None:
     """The defaults: pings without calls permitted, every 5 s or slower (clients ping every 10 s), two strikes."""
     settings = ServerSettings()
     assert settings.keepalive_min_ping_interval_ms == 5000
