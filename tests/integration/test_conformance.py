@@ -356,3 +356,45 @@ async def test_every_bridge_record_carries_bridge_id_and_nested_call_id(client: 
     for e in logs:
         if e["event"].startswith(("tool_call.", "bridge.")) and e["event"] != "bridge.refused_by_guest_total":
             assert "bridge_id" in e, e
+
+
+# ------------------------------------------------------------------ item 1: deep recursion (R10 kept)
+#: Every shape of deep recursion found by acceptance testing. The WASI build of
+#: quickjs-ng has no stack check (see the issue-12 note in SPEC §10.10), so each
+#: traps the engine; none may hang, leak a cell or be reported as anything but R10.
+RECURSIONS = {
+    "recursive function": "function f(n) { return f(n + 1) + 1; }\nf(0);",
+    "caught recursive function": "function f(n) { return f(n + 1) + 1; }\ntry { f(0); } catch (e) { return 'caught ' + e; }",
+    "nested eval": "eval('('.repeat(200000) + '1' + ')'.repeat(200000));",
+    "deep JSON.parse": "JSON.parse('['.repeat(200000) + ']'.repeat(200000));",
+    "deep JSON.stringify": "let v = []; for (let i = 0; i < 200000; i++) v = [v];\nJSON.stringify(v);",
+    "proxy chain": "let p = {}; for (let i = 0; i < 200000; i++) p = new Proxy(p, {});\np.x;",
+    "after a wait": "await tools.callValue('echo', {});\nawait yield_control('x');\nfunction f(n) { return f(n + 1) + 1; }\nf(0);",
+}
+R10 = "cell engine stopped: recursion exhausted the engine's native stack. Use less recursion, for example a loop. Tool calls that already ran were not undone; check them before retrying."
+
+
+@pytest.mark.parametrize("shape", sorted(RECURSIONS))
+async def test_deep_recursion_of_every_shape_ends_r10_and_the_scope_goes_on(client: CellblockClient, scope: Scope, service: Any, shape: str) -> None:
+    """SPEC §10.10 items 2-3: recursion that traps the engine is runtime_unavailable [R10]; the VM and cell are discarded."""
+    await client.put_catalog(scope, TOOLS)
+    result = await client.exec(scope, tool_call_id="deep", code=RECURSIONS[shape], handlers=HANDLERS)
+    legs = 0
+    while result.status == "waiting" and legs < 3:
+        legs += 1
+        result = await client.wait(scope, tool_call_id=f"w{legs}", run_id=result.run_id, handlers=HANDLERS)
+    if shape == "after a wait":
+        assert legs == 1 and result.bridge_dispatch_started is True
+    assert result.status == "failed" and result.code == "runtime_unavailable" and result.failure_phase == "host", result.raw_json[:300]
+    assert result.error == R10
+    again = await client.exec(scope, tool_call_id="after", code="return 6 * 7", handlers=HANDLERS)
+    assert again.status == "completed" and again.value == 42
+
+
+@pytest.mark.parametrize("depth", [1_000, 2_000])
+async def test_ordinary_recursion_depths_complete(client: CellblockClient, scope: Scope, depth: int) -> None:
+    """The cell's wasm stack (2 MiB) admits about 2,400 frames; wasmtime's default 512 KiB trapped at about 600."""
+    await client.put_catalog(scope, TOOLS)
+    program = f"function depth(n) {{ return n === 0 ? 0 : 1 + depth(n - 1); }}\nawait null;\nreturn depth({depth});"
+    result = await client.exec(scope, tool_call_id="rec", code=program, handlers=HANDLERS)
+    assert result.status == "completed" and result.value == depth, result.raw_json[:300]

@@ -70,6 +70,33 @@ class Outbox:
     first_omitted: str = ""
 
 
+#: wasmtime's limit for the wasm call stack, in bytes. The WASI build of
+#: quickjs-ng has no stack check of its own, so recursion ends when this runs
+#: out (an engine trap, R10, SPEC §10.10 item 2). wasmtime's default of 512 KiB
+#: allows about 600 JavaScript frames; 2 MiB allows about 2,400 while the
+#: engine's 1 MiB shadow stack (below its static data, so an overflow traps
+#: too) stays the larger one for every recursion shape measured. It must stay
+#: well below the agent thread's native stack (8 MiB).
+MAX_WASM_STACK_BYTES = 2 * 1024 * 1024
+
+
+def _install_engine() -> None:
+    """Gives quickjs-rs (pinned 0.2.6) its shared wasmtime engine with our stack limit.
+
+    Uses quickjs-rs internals: the shared engine is created lazily on first
+    use, so setting it before any VM (or the precompile step) exists makes
+    every instance, and the precompiled module, use this configuration.
+    """
+    from quickjs_rs import _wasmtime
+
+    if _wasmtime._SHARED_ENGINE is None:
+        config = wasmtime.Config()
+        config.max_wasm_stack = MAX_WASM_STACK_BYTES
+        _wasmtime._SHARED_ENGINE = wasmtime.Engine(config)
+
+
+_install_engine()
+
 #: The QuickJS module compiled ahead of time at image build
 #: (``python -m cellblock.guest.precompile``); compiling it at start costs ~2 s.
 PRECOMPILED_MODULE = os.environ.get("CELLBLOCK_PRECOMPILED_QUICKJS", "/opt/cellblock/quickjs.cwasm")
