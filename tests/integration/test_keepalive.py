@@ -74,7 +74,7 @@ async def test_client_pinging_within_the_policy_keeps_its_long_leg(keepalive_ser
 
 @pytest.mark.parametrize("keepalive_service", [300_000], indirect=True)
 async def test_without_the_policy_the_same_client_is_cut_off(keepalive_service: Service) -> None:
-    """gRPC's own default (one ping per 5 minutes): why the service sets a policy at all."""
+    """The gRPC default (one ping per 5 minutes) cuts the client off: why the service sets a policy at all."""
     with pytest.raises(UnavailableError, match="Too many pings"):
         await _long_quiet_leg(keepalive_service)
 

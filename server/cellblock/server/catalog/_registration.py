@@ -150,8 +150,12 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
 
 
 def _tool_label(tool: object) -> str | None:
-    """Names an invalid tool in its error (SPEC §3.2 item 4): its id when source, owner
-    and name are valid, else its name when that is a string, else ``None``."""
+    """Names an invalid tool in its error (SPEC §3.2 item 4).
+
+    Returns:
+        Its id when source, owner and name are valid, else its name as a JSON
+        string when that is a string, else ``None``.
+    """
     if not isinstance(tool, Mapping):
         return None
     try:
