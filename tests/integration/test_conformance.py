@@ -236,6 +236,16 @@ async def test_tool_call_flood_ends_with_pending_cap_rejections_in_time(client: 
     assert elapsed < timeout_ms / 1000 + 2.0, f"took {elapsed:.1f}s"
 
 
+@pytest.mark.parametrize("which", [16, 500, 1999])
+async def test_uncaught_pending_cap_rejection_inside_a_refusal_flood_is_a_bridge_failure(client: CellblockClient, scope: Scope, which: int) -> None:
+    """SPEC §11.3: the host knows every refused id of a flood (recorded as ranges), first, middle or last."""
+    await client.put_catalog(scope, TOOLS)
+    program = f"const calls = [];\nfor (let i = 0; i < 2000; i++) {{ const p = tools.callValue('echo', {{ i }}); p.catch(() => {{}}); calls.push(p); }}\nawait calls[{which}];"
+    result = await client.exec(scope, tool_call_id="cap", code=program, handlers=HANDLERS)
+    assert result.status == "failed" and result.code == "internal_error" and result.failure_phase == "bridge", result.raw_json[:300]
+    assert result.error.startswith("Error: too many pending host calls (limit 16); await some before starting more.")
+
+
 # ------------------------------------------------------------------ item 9: oversized inputs get specific answers
 @pytest.mark.parametrize("size", [1024 * 1024 + 1, 50 * 1000 * 1000])
 async def test_oversized_program_is_invalid_input_naming_the_limit(client: CellblockClient, scope: Scope, service: Any, size: int) -> None:
