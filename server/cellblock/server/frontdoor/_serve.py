@@ -1,0 +1,115 @@
+"""The front door's transports: stdio and streamable HTTP (SPEC §3.8 item 2).
+
+stdio is one session for the life of the process. Streamable HTTP is served by the
+SDK's session manager (stateful: ``Mcp-Session-Id``) under uvicorn; a session's scope
+ends when the client deletes the session (``DELETE``), after
+``session_idle_seconds`` without a request and with no call in flight (the SDK's own
+idle rule, so both forget a session together), or at shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import structlog
+import uvicorn
+from mcp.server.stdio import stdio_server
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from cellblock.client import CellblockClient
+from cellblock.server.frontdoor._door import FrontDoor, http_session, stdio_session
+
+__all__ = ["DEFAULT_SESSION_IDLE_S", "serve_http", "serve_stdio"]
+
+log = structlog.get_logger("cellblock.frontdoor")
+
+#: Seconds an HTTP session may stay without requests before it (and its scope) ends.
+DEFAULT_SESSION_IDLE_S = 30 * 60.0
+
+
+async def serve_stdio(client: CellblockClient, *, model_id: str = "") -> None:
+    """Serves MCP on this process's stdin/stdout until stdin closes (or cancellation)."""
+    door = FrontDoor(client, stdio_session, model_id=model_id)
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            log.info("frontdoor.listening", transport="stdio")
+            await door.server.run(read_stream, write_stream, door.server.create_initialization_options())
+    finally:
+        await door.sessions.close_all("stdio closed")
+
+
+class _SessionEnds:
+    """ASGI wrapper: ends a session's scope once the SDK accepted its ``DELETE``."""
+
+    def __init__(self, app: ASGIApp, door: FrontDoor) -> None:
+        self._app = app
+        self._door = door
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "DELETE":
+            await self._app(scope, receive, send)
+            return
+        key = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"mcp-session-id"), None)
+        status = 0
+
+        async def watch(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        await self._app(scope, receive, watch)
+        if key and 200 <= status < 300:
+            await self._door.sessions.close(key, "session deleted")
+
+
+async def serve_http(
+    client: CellblockClient,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    path: str = "/mcp",
+    model_id: str = "",
+    session_idle_seconds: float = DEFAULT_SESSION_IDLE_S,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serves MCP over streamable HTTP at ``http://host:port/path`` until ``stop`` is set.
+
+    Args:
+        client: The connected cellblock client.
+        host: Listen host; loopback hosts get the SDK's DNS-rebinding protection.
+        port: Listen port.
+        path: The MCP endpoint path.
+        model_id: The model id for ``GetToolSurface``.
+        session_idle_seconds: Idle time after which a session and its scope end.
+        stop: Set to shut down gracefully (uvicorn's own signal handling is off).
+    """
+    door = FrontDoor(client, http_session, model_id=model_id, handshake_only=True)
+    app = door.server.streamable_http_app(streamable_http_path=path, host=host, session_idle_timeout=session_idle_seconds)
+    config = uvicorn.Config(_SessionEnds(app, door), host=host, port=port, lifespan="on", log_config=None, access_log=False)
+    server = uvicorn.Server(config)
+    # The caller owns signals (one process may also serve gRPC); uvicorn would take them over.
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    stop = stop or asyncio.Event()
+
+    async def sweep() -> None:
+        while True:
+            await asyncio.sleep(min(60.0, session_idle_seconds / 2))
+            await door.sessions.close_idle(session_idle_seconds)
+
+    async def stopper() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    tasks: list[asyncio.Task[Any]] = [asyncio.ensure_future(sweep()), asyncio.ensure_future(stopper())]
+    try:
+        log.info("frontdoor.listening", transport="streamable-http", url=f"http://{host}:{port}{path}")
+        await server.serve()
+    finally:
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await door.sessions.close_all("front door stopped")
