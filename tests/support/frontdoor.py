@@ -1,0 +1,153 @@
+"""Shared parts of the MCP front-door tests (SPEC §3.8): the process, its MCP servers, the programs.
+
+The front door runs as its own process, as an operator starts it
+(``python -m cellblock.server.frontdoor``), with an in-process cellblock service on
+the Docker executor (real cells) and two third-party MCP servers behind it:
+``@modelcontextprotocol/server-memory`` (npm, stdio) and ``mcp-server-time`` (PyPI, stdio).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import docker
+
+ROOT = Path(__file__).resolve().parents[2]
+MEMORY = ROOT / "node_modules/@modelcontextprotocol/server-memory/dist/index.js"
+IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
+CELL_LABEL = "io.cellblock.cell"
+
+#: Calls both servers, suspends with yield_control, and finishes after `wait`.
+PROGRAM = """
+const created = await MCP.memory.createEntities({ entities: [
+  { name: "Ada Lovelace", entityType: "person", observations: ["born 1815"] },
+  { name: "Charles Babbage", entityType: "person", observations: ["born 1791"] },
+] });
+const now = await MCP.time.getCurrentTime({ timezone: "UTC" });
+const t = now.structuredContent ?? JSON.parse(now.content[0].text);
+console.log("created " + created.content.length + " block(s)");
+const resumed = await yield_control("checkpoint");
+const graph = await MCP.memory.readGraph();
+const g = graph.structuredContent ?? JSON.parse(graph.content[0].text);
+const converted = await MCP.time.convertTime({ source_timezone: "UTC", time: "12:00", target_timezone: "Asia/Tokyo" });
+const c = converted.structuredContent ?? JSON.parse(converted.content[0].text);
+json({ step: "after wait" });
+return {
+  people: g.entities.map((e) => e.name).sort(),
+  births: g.entities.flatMap((e) => e.observations).map((o) => Number(o.slice(5))).sort(),
+  timezone: t.timezone,
+  yearIsNumber: Number(t.datetime.slice(0, 4)) >= 2024,
+  resumed: resumed.status,
+  tokyoDifference: c.time_difference,
+};
+"""
+
+EXPECTED_VALUE = {
+    "people": ["Ada Lovelace", "Charles Babbage"],
+    "births": [1791, 1815],
+    "timezone": "UTC",
+    "yearIsNumber": True,
+    "resumed": "yielded",
+    "tokyoDifference": "+9.0h",
+}
+
+#: Cancelled after its first output entry: the entity must never be created.
+CANCELLED_EXEC = """
+console.log("started");
+await new Promise((resolve) => setTimeout(resolve, 3000));
+await MCP.memory.createEntities({ entities: [{ name: "After cancel", entityType: "marker", observations: [] }] });
+return "ran to the end";
+"""
+
+#: Reads whether the cancelled program went on.
+CHECK_CANCELLED = """
+const found = await MCP.memory.searchNodes({ query: "After cancel" });
+const f = found.structuredContent ?? JSON.parse(found.content[0].text);
+return f.entities.length;
+"""
+
+#: Suspends at once; its wait leg is cancelled after "resumed".
+CANCELLED_WAIT = """
+await yield_control("before the long part");
+console.log("resumed");
+await new Promise((resolve) => setTimeout(resolve, 3000));
+return "finished";
+"""
+
+#: Seconds the cancelled exec would have needed to create its entity, plus slack.
+CANCELLED_EXEC_WOULD_FINISH_S = 3.5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class FrontDoorEnv:
+    """What one front-door process needs: its environment and where its cells put sockets."""
+
+    env: dict[str, str]
+    socket_dir: Path
+
+    @classmethod
+    def make(cls, tmp: Path) -> FrontDoorEnv:
+        assert MEMORY.exists(), "run `make npm-deps` (root package.json pins @modelcontextprotocol/server-memory)"
+        servers = {
+            "memory": {"command": ["node", str(MEMORY)], "env": {"MEMORY_FILE_PATH": str(tmp / "memory.jsonl")}},
+            "time": {"command": [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]},
+        }
+        socket_dir = tmp / "cells"
+        socket_dir.mkdir()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("proto", "server", "client")),
+            "CELLBLOCK_EXECUTOR": "docker",
+            "CELLBLOCK_IMAGE": IMAGE,
+            "CELLBLOCK_MCP_SERVERS": json.dumps(servers),
+            "CELLBLOCK_SOCKET_DIR": str(socket_dir),
+            "CELLBLOCK_CODE_MODE": json.dumps({"timeoutMs": 15000}),
+            "CELLBLOCK_WARM_POOL": "1",
+        }
+        return cls(env=env, socket_dir=socket_dir)
+
+    def command(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "cellblock.server.frontdoor", *args]
+
+    def start_http(self, port: int, *args: str, log_path: Path) -> subprocess.Popen[bytes]:
+        """Starts an HTTP front door and waits until it accepts connections."""
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(self.command("--transport", "http", "--port", str(port), *args), env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    return proc
+            except OSError:
+                if proc.poll() is not None:
+                    raise AssertionError(f"the front door exited with {proc.returncode}: {log_path.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        proc.kill()
+        raise AssertionError("the front door did not listen within 60 s")
+
+    def assert_nothing_left(self) -> None:
+        """No cell container mounts this process's socket directory; no socket directory is left."""
+        client = docker.from_env()
+        try:
+            left = [
+                c.attrs.get("Names")
+                for c in client.containers.list(all=True, sparse=True, filters={"label": CELL_LABEL})
+                if any(str(m.get("Source", "")).startswith(str(self.socket_dir)) for m in c.attrs.get("Mounts") or [])
+            ]
+        finally:
+            client.close()
+        assert left == [], f"cell containers left behind: {left}"
+        assert list(self.socket_dir.iterdir()) == [], f"bridge directories left behind: {list(self.socket_dir.iterdir())}"
