@@ -1,4 +1,4 @@
-"""Shared parts of the MCP front-door tests (SPEC §3.8): the process, its MCP servers, the programs.
+"""Shared parts of the MCP front-door tests (SPEC §3.7): the process, its MCP servers, the programs.
 
 The front door runs as its own process, as an operator starts it
 (``python -m cellblock.server.frontdoor``), with an in-process cellblock service on
@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 from pathlib import Path
 
 import docker
@@ -151,3 +152,80 @@ class FrontDoorEnv:
             client.close()
         assert left == [], f"cell containers left behind: {left}"
         assert list(self.socket_dir.iterdir()) == [], f"bridge directories left behind: {list(self.socket_dir.iterdir())}"
+
+
+# ---------------------------------------------------------------------------
+# One flow, two SDKs: each client writes a report of what it saw; one check reads it.
+#
+# Report keys (tool results in their MCP JSON form: content, structuredContent, isError):
+#   tools: the listed tools as {name, description, inputSchema}
+#   first, resumed: the exec of PROGRAM and the wait that finishes it, each with "progress"
+#     (the messages of its progress notifications, parsed)
+#   failed: an exec that throws
+#   cancelExec: {"streamed": bool, "cancelled": bool} for CANCELLED_EXEC; check: CHECK_CANCELLED
+#   parked: the exec of CANCELLED_WAIT; cancelWait: as cancelExec, for its wait
+#   again: the next wait on that run (after [W06] retries while the abort lands)
+#   timings: seconds per step
+
+
+def model_json(result: dict[str, Any]) -> dict[str, Any]:
+    """The model-facing JSON of a tool result; the structured copy is the same object."""
+    assert [c["type"] for c in result["content"]] == ["text"], result
+    data: dict[str, Any] = json.loads(result["content"][0]["text"])
+    assert result.get("structuredContent") == data
+    assert bool(result.get("isError")) is (data["status"] == "failed")
+    return data
+
+
+def check_report(report: dict[str, Any], expected_tools: list[dict[str, Any]] | None) -> None:
+    """Asserts the issue's flow from one client's report (SPEC §3.7)."""
+    tools = report["tools"]
+    assert [t["name"] for t in tools] == ["exec", "wait"]
+    if expected_tools is not None:
+        assert tools == expected_tools, "the tools are GetToolSurface's definitions, byte for byte"
+    exec_tool, wait_tool = tools
+    assert "Visible servers: memory, time." in exec_tool["description"]
+    assert set(exec_tool["inputSchema"]["properties"]) == {"code", "command", "language", "restartSafe"}
+    assert wait_tool["inputSchema"]["required"] == ["runId"]
+
+    first = model_json(report["first"])
+    assert first["status"] == "waiting" and first["reason"] == "yield", first
+    assert first["output"] == [{"type": "text", "text": "created 1 block(s)"}]
+    assert report["first"]["progress"] == first["output"], "each output entry streams as a progress notification"
+    resumed = model_json(report["resumed"])
+    assert resumed["status"] == "completed", resumed
+    assert resumed["value"] == EXPECTED_VALUE
+    assert resumed["output"] == [{"type": "json", "value": {"step": "after wait"}}]
+    assert report["resumed"]["progress"] == resumed["output"]
+    assert resumed["telemetry"]["sources"] == {"host": 0, "mcp": 17, "client": 0}
+
+    failed = model_json(report["failed"])
+    assert failed["status"] == "failed" and "boom" in failed["error"], failed
+
+    assert report["cancelExec"] == {"streamed": True, "cancelled": True}
+    check = model_json(report["check"])
+    assert check["status"] == "completed" and check["value"] == 0, "the cancelled exec never reached its second call"
+
+    parked = model_json(report["parked"])
+    assert parked["status"] == "waiting", parked
+    assert report["cancelWait"] == {"streamed": True, "cancelled": True}
+    again = model_json(report["again"])
+    assert again["status"] == "failed" and again["code"] == "aborted", again
+
+
+def programs_json() -> str:
+    """The programs and constants of the flow, for the TypeScript client."""
+    return json.dumps(
+        {
+            "program": PROGRAM,
+            "cancelledExec": CANCELLED_EXEC,
+            "checkCancelled": CHECK_CANCELLED,
+            "cancelledWait": CANCELLED_WAIT,
+            "cancelledExecWouldFinishMs": int(CANCELLED_EXEC_WOULD_FINISH_S * 1000),
+        }
+    )
+
+
+def surface_tools(surface: Any) -> list[dict[str, Any]]:
+    """A `cellblock.client.ToolSurface` as MCP tool listings ({name, description, inputSchema})."""
+    return [{"name": d.name, "description": d.description, "inputSchema": d.parameters} for d in surface.tools]

@@ -1,4 +1,4 @@
-"""The MCP front door (SPEC §3.8): ``exec`` and ``wait`` for any MCP client.
+"""The MCP front door (SPEC §3.7): ``exec`` and ``wait`` for any MCP client.
 
 A layer on top of cellblock's public API: it talks to the service only through
 `cellblock.client` (an in-process service or a remote one), serves the model-facing

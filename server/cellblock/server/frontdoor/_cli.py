@@ -1,4 +1,4 @@
-"""``cellblock mcp``: the MCP front door as a command (SPEC §3.8).
+"""``cellblock mcp``: the MCP front door as a command (SPEC §3.7).
 
 Without ``--connect`` the process starts its own cellblock service
 (`cellblock.server.app.start_service`, settings from the ``CELLBLOCK_*`` variables,

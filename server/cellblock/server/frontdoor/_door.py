@@ -1,4 +1,4 @@
-"""The MCP server of the front door: ``exec`` and ``wait`` over `cellblock.client` (SPEC §3.8).
+"""The MCP server of the front door: ``exec`` and ``wait`` over `cellblock.client` (SPEC §3.7).
 
 Built on the official MCP SDK's low-level ``mcp.server.Server`` (``MCPServer``, the
 decorator layer, derives schemas from Python signatures; the front door must serve
@@ -91,7 +91,7 @@ def _compact(value: Any) -> str:
 
 
 def tool_result(result: RunResult) -> types.CallToolResult:
-    """The MCP tool result of one leg: the model-facing JSON verbatim (SPEC §3.8 item 4)."""
+    """The MCP tool result of one leg: the model-facing JSON verbatim (SPEC §3.7 item 4)."""
     try:
         structured = json.loads(result.raw_json)
     except ValueError:

@@ -1,4 +1,4 @@
-"""The front door's transports: stdio and streamable HTTP (SPEC §3.8 item 2).
+"""The front door's transports: stdio and streamable HTTP (SPEC §3.7 item 2).
 
 stdio is one session for the life of the process. Streamable HTTP is served by the
 SDK's session manager (stateful: ``Mcp-Session-Id``) under uvicorn; a session's scope

@@ -1,4 +1,4 @@
-"""One cellblock scope per MCP session (SPEC §3.8 item 3).
+"""One cellblock scope per MCP session (SPEC §3.7 item 3).
 
 The front door talks to cellblock only through `cellblock.client`. A session's
 scope is registered on first use with an empty catalog (the service's hosted MCP
