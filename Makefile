@@ -15,8 +15,9 @@ STAMPS := build/stamps
 # One stamp per Python environment, so switching interpreters reinstalls.
 PY_ENV_ID := $(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])' 2>/dev/null)
 PYDEPS_STAMP := $(STAMPS)/pydeps-$(PY_ENV_ID)
-# npm projects: the repo root (buf, grpc-js) and tests/interop, where a package.json exists.
-NPM_DIRS := $(dir $(wildcard package.json tests/interop/package.json))
+# npm projects: the repo root (buf, MCP servers), tests/interop (grpc-js) and tests/frontdoor_ts (the MCP SDK
+# client), where a package.json exists.
+NPM_DIRS := $(dir $(wildcard package.json tests/interop/package.json tests/frontdoor_ts/package.json))
 
 .PHONY: help
 help: ## Show this help
@@ -55,7 +56,7 @@ $(PYDEPS_STAMP): requirements-dev.txt
 	@mkdir -p $(STAMPS) && touch $@
 
 .PHONY: npm-deps
-npm-deps: ## npm ci where a package.json is (repo root, tests/interop); skipped while the lock is unchanged
+npm-deps: ## npm ci where a package.json is (repo root, tests/interop, tests/frontdoor_ts); skipped while the lock is unchanged
 	@for d in $(NPM_DIRS); do \
 	  done_marker="$${d}node_modules/.package-lock.json"; \
 	  if [ -f "$$done_marker" ] && [ "$$done_marker" -nt "$${d}package.json" ] \

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import docker
 

@@ -10,13 +10,13 @@ and gives each MCP session its own scope. ``cellblock mcp`` (or
 from cellblock.server.frontdoor._cli import build_parser, main, run_front_door
 from cellblock.server.frontdoor._door import INSTRUCTIONS, FrontDoor, entry_json, http_session, stdio_session, tool_result
 from cellblock.server.frontdoor._serve import DEFAULT_SESSION_IDLE_S, serve_http, serve_stdio
-from cellblock.server.frontdoor._sessions import AGENT_RUN_ID, CodeModeNotEngaged, SessionScope, SessionScopes
+from cellblock.server.frontdoor._sessions import AGENT_RUN_ID, CodeModeNotEngagedError, SessionScope, SessionScopes
 
 __all__ = [
     "AGENT_RUN_ID",
     "DEFAULT_SESSION_IDLE_S",
     "INSTRUCTIONS",
-    "CodeModeNotEngaged",
+    "CodeModeNotEngagedError",
     "FrontDoor",
     "SessionScope",
     "SessionScopes",

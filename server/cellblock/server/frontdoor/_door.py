@@ -35,7 +35,7 @@ from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from cellblock.client import CellblockClient, CellblockError, OutputEntry, RunResult
-from cellblock.server.frontdoor._sessions import CodeModeNotEngaged, SessionScope, SessionScopes
+from cellblock.server.frontdoor._sessions import CodeModeNotEngagedError, SessionScope, SessionScopes
 
 __all__ = ["INSTRUCTIONS", "FrontDoor", "SessionKey", "entry_json", "http_session", "stdio_session", "tool_result"]
 
@@ -157,7 +157,7 @@ class FrontDoor:
             )
         try:
             return await self.sessions.open(key)
-        except CodeModeNotEngaged as exc:
+        except CodeModeNotEngagedError as exc:
             raise MCPError(code=INTERNAL_ERROR, message=str(exc)) from None
         except CellblockError as exc:
             raise MCPError(code=INTERNAL_ERROR, message=f"cellblock service: {exc}") from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import structlog
@@ -65,6 +66,14 @@ class _SessionEnds:
             await self._door.sessions.close(key, "session deleted")
 
 
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handlers: the caller owns SIGTERM/SIGINT (one process may also serve gRPC)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 async def serve_http(
     client: CellblockClient,
     *,
@@ -89,9 +98,7 @@ async def serve_http(
     door = FrontDoor(client, http_session, model_id=model_id, handshake_only=True)
     app = door.server.streamable_http_app(streamable_http_path=path, host=host, session_idle_timeout=session_idle_seconds)
     config = uvicorn.Config(_SessionEnds(app, door), host=host, port=port, lifespan="on", log_config=None, access_log=False)
-    server = uvicorn.Server(config)
-    # The caller owns signals (one process may also serve gRPC); uvicorn would take them over.
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    server = _Uvicorn(config)
     stop = stop or asyncio.Event()
 
     async def sweep() -> None:

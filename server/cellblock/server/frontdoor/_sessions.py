@@ -20,7 +20,7 @@ import structlog
 
 from cellblock.client import CellblockClient, CellblockError, Scope, ToolDefinition
 
-__all__ = ["AGENT_RUN_ID", "CodeModeNotEngaged", "SessionScope", "SessionScopes"]
+__all__ = ["AGENT_RUN_ID", "CodeModeNotEngagedError", "SessionScope", "SessionScopes"]
 
 log = structlog.get_logger("cellblock.frontdoor")
 
@@ -31,7 +31,7 @@ AGENT_RUN_ID = "mcp"
 CODE_MODE_TOOLS = ("exec", "wait")
 
 
-class CodeModeNotEngaged(RuntimeError):
+class CodeModeNotEngagedError(RuntimeError):
     """The service does not engage code mode for the front door's model id (SPEC §2.4)."""
 
 
@@ -97,7 +97,7 @@ class SessionScopes:
         """Returns the session's scope, registering it (once, also under concurrent requests).
 
         Raises:
-            CodeModeNotEngaged: The surface is not ``exec``/``wait`` for the model id.
+            CodeModeNotEngagedError: The surface is not ``exec``/``wait`` for the model id.
             CellblockError: The service refused the registration or is unreachable.
         """
         existing = self._scopes.get(key)
@@ -117,7 +117,7 @@ class SessionScopes:
             surface = await self._client.tool_surface(scope, self._model_id)
             names = [t.name for t in surface.tools]
             if not surface.code_mode_engaged or names[:2] != list(CODE_MODE_TOOLS):
-                raise CodeModeNotEngaged(
+                raise CodeModeNotEngagedError(
                     f"the cellblock service does not engage code mode for model id {self._model_id!r} (tools: {names}); "
                     'set CELLBLOCK_CODE_MODE {"enabled": true} on the service or pass --model with a preferred-tier model id'
                 )
