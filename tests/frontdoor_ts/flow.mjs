@@ -82,7 +82,7 @@ const timings = {};
 const client = new Client({ name: "cellblock-frontdoor-ts", version: "0.1.0" });
 const tr = transport();
 await client.connect(tr);
-const report = { protocolVersion: tr._protocolVersion ?? null, timings };
+const report = { timings };
 report.tools = (await client.listTools()).tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema }));
 
 let t = Date.now();

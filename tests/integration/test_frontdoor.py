@@ -10,6 +10,7 @@ with ``yield_control`` and finish with ``wait``, and cancel an exec and a wait l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters
 
 from cellblock.client import CellblockClient, Scope
 from tests.support.frontdoor import (
@@ -29,9 +30,8 @@ from tests.support.frontdoor import (
     ROOT,
     FrontDoorEnv,
     check_report,
-    free_port,
+    grpc_surface,
     programs_json,
-    surface_tools,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -122,73 +122,19 @@ async def python_flow(client: Client) -> dict[str, Any]:
     return report
 
 
-async def test_stdio_flow_with_the_python_sdk(tmp_path: Path) -> None:
-    door = FrontDoorEnv.make(tmp_path)
+async def _python_flow_over(target: str | StdioServerParameters) -> dict[str, Any]:
     started = time.monotonic()
-    params = StdioServerParameters(command=door.command()[0], args=door.command()[1:], env=door.env, cwd=str(ROOT))
-    async with Client(params, read_timeout_seconds=60) as client:
-        connected = time.monotonic() - started
-        protocol = client.protocol_version
-        report = await python_flow(client)
-    check_report(report, None)
-    print(f"stdio (protocol {protocol}): connect {connected:.2f}s", {k: round(v, 2) for k, v in report["timings"].items()})
-    door.assert_nothing_left()
+    async with Client(target, read_timeout_seconds=60) as client:
+        report = {"connectSeconds": time.monotonic() - started, "protocolVersion": client.protocol_version}
+        report |= await python_flow(client)
+    return report
 
-
-async def test_http_flow_with_the_python_sdk_and_grpc_in_the_same_process(tmp_path: Path) -> None:
-    door = FrontDoorEnv.make(tmp_path)
-    port, grpc_port = free_port(), free_port()
-    proc = door.start_http(port, "--also-grpc", f"127.0.0.1:{grpc_port}", log_path=tmp_path / "stderr.log")
-    try:
-        async with await CellblockClient.connect(f"127.0.0.1:{grpc_port}") as grpc_client:
-            # The same process serves gRPC: its surface for a fresh scope is what MCP clients list.
-            scope = Scope(session_id="frontdoor-grpc", agent_run_id="check")
-            await grpc_client.put_catalog(scope, [])
-            surface = await grpc_client.tool_surface(scope)
-
-            started = time.monotonic()
-            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60) as client:
-                connected = time.monotonic() - started
-                assert client.protocol_version == "2025-11-25", "the front door keeps HTTP clients on sessions"
-                report = await python_flow(client)
-            check_report(report, surface_tools(surface))
-            # gRPC clients run on the same cells meanwhile.
-            grpc_result = await grpc_client.exec(scope, tool_call_id="grpc-1", code="return (await MCP.time.getCurrentTime({timezone: 'UTC'})).isError ?? false")
-            assert grpc_result.status == "completed" and grpc_result.value is False, grpc_result.raw_json
-            await grpc_client.delete_catalog(scope)
-        print(f"http: connect {connected:.2f}s", {k: round(v, 2) for k, v in report["timings"].items()})
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=60) == 0, (tmp_path / "stderr.log").read_text()[-3000:]
-    log = (tmp_path / "stderr.log").read_text()
-    assert '"reason": "session deleted"' in log, "closing the MCP session ends its scope"
-    door.assert_nothing_left()
-
-
-async def test_stateless_http_requests_are_refused_with_a_reason(tmp_path: Path) -> None:
-    """A 2026-07-28 client pinned past discovery has no session to keep suspended runs in."""
-    door = FrontDoorEnv.make(tmp_path)
-    port = free_port()
-    proc = door.start_http(port, log_path=tmp_path / "stderr.log")
-    try:
-        async with Client(f"http://127.0.0.1:{port}/mcp", mode="2026-07-28") as client:
-            from mcp import MCPError  # noqa: PLC0415
-
-            with pytest.raises(MCPError, match="needs a session"):
-                await client.list_tools()
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=60) == 0
-    door.assert_nothing_left()
-
-
-# ---------------------------------------------------------------------------
-# The same flow from the official TypeScript SDK client (tests/frontdoor_ts, pinned in its lock file)
 
 TS_FLOW = ROOT / "tests" / "frontdoor_ts" / "flow.mjs"
 
 
 async def _ts_flow(door: FrontDoorEnv, tmp_path: Path, *target: str) -> dict[str, Any]:
+    """The same flow from the official TypeScript SDK client (tests/frontdoor_ts, pinned by its lock file)."""
     node = shutil.which("node")
     assert node is not None, "Node.js is required (make setup installs it)"
     assert (ROOT / "tests/frontdoor_ts/node_modules/@modelcontextprotocol/sdk").is_dir(), "run `make npm-deps` (npm ci in tests/frontdoor_ts)"
@@ -204,31 +150,64 @@ async def _ts_flow(door: FrontDoorEnv, tmp_path: Path, *target: str) -> dict[str
     return report
 
 
-async def test_stdio_flow_with_the_typescript_sdk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sdk", ["python", "typescript"])
+async def test_the_flow_over_stdio(sdk: str, tmp_path: Path) -> None:
     door = FrontDoorEnv.make(tmp_path)
     started = time.monotonic()
-    report = await _ts_flow(door, tmp_path, "--stdio", *door.command())
+    if sdk == "python":
+        report = await _python_flow_over(StdioServerParameters(command=door.command()[0], args=door.command()[1:], env=door.env, cwd=str(ROOT)))
+    else:
+        report = await _ts_flow(door, tmp_path, "--stdio", *door.command())
     check_report(report, None)
-    print(f"ts stdio: total {time.monotonic() - started:.2f}s", report["timings"])
+    print(f"{sdk} stdio: {time.monotonic() - started:.2f}s (protocol {report.get('protocolVersion')})", report["timings"])
     door.assert_nothing_left()
 
 
-async def test_http_flow_with_the_typescript_sdk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sdk", ["python", "typescript"])
+async def test_the_flow_over_http_with_grpc_in_the_same_process(sdk: str, tmp_path: Path) -> None:
     door = FrontDoorEnv.make(tmp_path)
-    port, grpc_port = free_port(), free_port()
-    proc = door.start_http(port, "--also-grpc", f"127.0.0.1:{grpc_port}", log_path=tmp_path / "stderr.log")
-    try:
-        async with await CellblockClient.connect(f"127.0.0.1:{grpc_port}") as grpc_client:
-            scope = Scope(session_id="frontdoor-ts", agent_run_id="check")
+    with door.http(tmp_path) as (url, grpc_address):
+        async with await CellblockClient.connect(grpc_address) as grpc_client:
+            # The same process serves gRPC: its surface for a fresh scope is what MCP clients list.
+            surface = await grpc_surface(grpc_client)
+            started = time.monotonic()
+            report = await (_python_flow_over(url) if sdk == "python" else _ts_flow(door, tmp_path, "--url", url))
+            check_report(report, surface)
+            if sdk == "python":
+                assert report["protocolVersion"] == "2025-11-25", "the front door keeps HTTP clients on sessions"
+            # gRPC clients run on the same cells and hosted MCP servers.
+            scope = Scope(session_id="frontdoor-grpc", agent_run_id="check")
             await grpc_client.put_catalog(scope, [])
-            surface = await grpc_client.tool_surface(scope)
+            grpc_result = await grpc_client.exec(scope, tool_call_id="grpc-1", code="return (await MCP.time.getCurrentTime({timezone: 'UTC'})).isError ?? false")
+            assert grpc_result.status == "completed" and grpc_result.value is False, grpc_result.raw_json
             await grpc_client.delete_catalog(scope)
-        started = time.monotonic()
-        report = await _ts_flow(door, tmp_path, "--url", f"http://127.0.0.1:{port}/mcp")
-        check_report(report, surface_tools(surface))
-        print(f"ts http: total {time.monotonic() - started:.2f}s", report["timings"])
-    finally:
-        proc.terminate()
-        assert proc.wait(timeout=60) == 0, (tmp_path / "stderr.log").read_text()[-3000:]
-    assert '"reason": "session deleted"' in (tmp_path / "stderr.log").read_text()
-    door.assert_nothing_left()
+    print(f"{sdk} http: {time.monotonic() - started:.2f}s", report["timings"])
+
+
+async def test_stateless_http_requests_are_refused_with_a_reason(tmp_path: Path) -> None:
+    """A 2026-07-28 client pinned past discovery has no session to keep suspended runs in."""
+    door = FrontDoorEnv.make(tmp_path)
+    with door.http(tmp_path, also_grpc=False, sessions_end=False) as (url, _):
+        async with Client(url, mode="2026-07-28") as client:
+            with pytest.raises(MCPError, match="needs a session"):
+                await client.list_tools()
+
+
+async def test_an_idle_http_session_ends_its_scope_and_discards_its_runs(tmp_path: Path) -> None:
+    door = FrontDoorEnv.make(tmp_path)
+    with door.http(tmp_path, also_grpc=False, sessions_end=False, extra=("--session-idle", "1")) as (url, _):
+        client = Client(url, read_timeout_seconds=60)
+        await client.__aenter__()
+        try:
+            parked = json.loads((await client.call_tool("exec", {"code": "await yield_control(); return 1"})).content[0].text)
+            assert parked["status"] == "waiting", parked
+            log = tmp_path / "stderr.log"
+            deadline = time.monotonic() + 30
+            while '"reason": "idle"' not in log.read_text() and time.monotonic() < deadline:
+                await asyncio.sleep(0.2)
+            closed = [json.loads(line) for line in log.read_text().splitlines() if '"frontdoor.session_closed"' in line]
+            assert [(c["reason"], c["discarded_runs"]) for c in closed] == [("idle", 1)], closed
+        finally:
+            # The SDK forgot the session too: closing it may fail; the scope is gone either way.
+            with contextlib.suppress(Exception):
+                await client.__aexit__(None, None, None)

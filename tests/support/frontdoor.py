@@ -8,12 +8,14 @@ the Docker executor (real cells) and two third-party MCP servers behind it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,6 +141,26 @@ class FrontDoorEnv:
         proc.kill()
         raise AssertionError("the front door did not listen within 60 s")
 
+    @contextlib.contextmanager
+    def http(self, tmp: Path, *, also_grpc: bool = True, sessions_end: bool = True, extra: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+        """An HTTP front door (also serving gRPC); yields ``(MCP URL, gRPC address)``.
+
+        On exit it is stopped with SIGTERM and must exit 0; with ``sessions_end`` its log must
+        show a session's scope ended by the client's ``DELETE``; nothing may be left behind.
+        """
+        port, grpc_port = free_port(), free_port()
+        grpc_address = f"127.0.0.1:{grpc_port}"
+        log_path = tmp / "stderr.log"
+        proc = self.start_http(port, *(("--also-grpc", grpc_address) if also_grpc else ()), *extra, log_path=log_path)
+        try:
+            yield f"http://127.0.0.1:{port}/mcp", grpc_address
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=60) == 0, log_path.read_text()[-3000:]
+        if sessions_end:
+            assert '"reason": "session deleted"' in log_path.read_text(), "closing the MCP session ends its scope"
+        self.assert_nothing_left()
+
     def assert_nothing_left(self) -> None:
         """No cell container mounts this process's socket directory; no socket directory is left."""
         client = docker.from_env()
@@ -229,3 +251,15 @@ def programs_json() -> str:
 def surface_tools(surface: Any) -> list[dict[str, Any]]:
     """A `cellblock.client.ToolSurface` as MCP tool listings ({name, description, inputSchema})."""
     return [{"name": d.name, "description": d.description, "inputSchema": d.parameters} for d in surface.tools]
+
+
+async def grpc_surface(client: Any) -> list[dict[str, Any]]:
+    """``GetToolSurface`` of a fresh scope with no tools on this service, as MCP tool listings."""
+    from cellblock.client import Scope  # noqa: PLC0415 - keeps this module importable without the client path
+
+    scope = Scope(session_id="frontdoor-surface", agent_run_id="check")
+    await client.put_catalog(scope, [])
+    try:
+        return surface_tools(await client.tool_surface(scope))
+    finally:
+        await client.delete_catalog(scope)
