@@ -10,6 +10,7 @@ import { readFileSync } from "node:fs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { LoggingMessageNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const argv = process.argv.slice(2);
 const opt = (name) => {
@@ -80,9 +81,14 @@ const runIdOf = (result) => JSON.parse(result.content[0].text).runId ?? "";
 const t0 = Date.now();
 const timings = {};
 const client = new Client({ name: "cellblock-frontdoor-ts", version: "0.1.0" });
+const logs = [];
+client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => {
+  if (n.params.logger === "cellblock.output") logs.push(n.params.data);
+});
 const tr = transport();
 await client.connect(tr);
-const report = { timings };
+await client.setLoggingLevel("info");
+const report = { timings, logs };
 report.tools = (await client.listTools()).tools.map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema }));
 
 let t = Date.now();

@@ -14,23 +14,30 @@ import contextlib
 import json
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPDeprecationWarning, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from cellblock.client import CellblockClient, Scope
+from cellblock.server.app import ServerSettings, start_service
+from cellblock.server.mcp import parse_mcp_servers
 from tests.support.frontdoor import (
     CANCELLED_EXEC,
     CANCELLED_EXEC_WOULD_FINISH_S,
     CANCELLED_WAIT,
     CHECK_CANCELLED,
+    IMAGE,
     PROGRAM,
     ROOT,
     FrontDoorEnv,
     check_report,
     grpc_surface,
+    model_json,
     programs_json,
 )
 
@@ -123,10 +130,22 @@ async def python_flow(client: Client) -> dict[str, Any]:
 
 
 async def _python_flow_over(target: str | StdioServerParameters) -> dict[str, Any]:
+    """The flow with the client opted in to log messages (log_level on 2026-07-28, logging/setLevel before)."""
+    logs: list[Any] = []
+
+    async def on_log(params: Any) -> None:
+        if params.logger == "cellblock.output":
+            logs.append(params.data)
+
     started = time.monotonic()
-    async with Client(target, read_timeout_seconds=60) as client:
+    async with Client(target, read_timeout_seconds=60, logging_callback=on_log, log_level="info") as client:
         report = {"connectSeconds": time.monotonic() - started, "protocolVersion": client.protocol_version}
+        if client.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.set_logging_level("info")
         report |= await python_flow(client)
+    report["logs"] = logs
     return report
 
 
@@ -211,3 +230,30 @@ async def test_an_idle_http_session_ends_its_scope_and_discards_its_runs(tmp_pat
             # The SDK forgot the session too: closing it may fail; the scope is gone either way.
             with contextlib.suppress(Exception):
                 await client.__aexit__(None, None, None)
+
+
+async def test_connect_fronts_a_running_service_with_its_hosted_servers(tmp_path: Path) -> None:
+    """``--connect``: the front door starts no service; the remote one's hosted MCP servers are the catalog."""
+    door = FrontDoorEnv.make(tmp_path)
+    servers = parse_mcp_servers(door.env["CELLBLOCK_MCP_SERVERS"])
+    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True}, socket_dir=str(door.socket_dir), mcp_servers=servers, warm_pool=0)
+    service = await start_service(settings)
+    try:
+        async with await CellblockClient.connect(service.address) as grpc_client:
+            surface = await grpc_surface(grpc_client)
+        env = {k: v for k, v in door.env.items() if k != "CELLBLOCK_MCP_SERVERS"}
+        command = door.command("--connect", service.address)
+        params = StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(ROOT))
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with Client(stdio_client(params, errlog=errlog), read_timeout_seconds=60) as client:
+                listed = (await client.list_tools()).tools
+                assert [t.model_dump(mode="json", by_alias=True, exclude_none=True, include={"name", "description", "input_schema"}) for t in listed] == surface
+                code = "const t = await MCP.time.getCurrentTime({ timezone: 'UTC' }); const g = await MCP.memory.readGraph(); return [t.isError ?? false, g.entities ?? g.structuredContent.entities];"
+                result = model_json((await client.call_tool("exec", {"code": code})).model_dump(mode="json", by_alias=True, exclude_none=True))
+                assert result["status"] == "completed" and result["value"] == [False, []], result
+        log = (tmp_path / "stderr.log").read_text()
+        assert '"server.started"' not in log, "with --connect the front door starts no service"
+        assert '"reason": "stdio closed"' in log, "the session's scope ended with the stdio connection"
+    finally:
+        await service.stop()
+    door.assert_nothing_left()

@@ -187,6 +187,7 @@ class FrontDoorEnv:
 #   cancelExec: {"streamed": bool, "cancelled": bool} for CANCELLED_EXEC; check: CHECK_CANCELLED
 #   parked: the exec of CANCELLED_WAIT; cancelWait: as cancelExec, for its wait
 #   again: the next wait on that run (after [W06] retries while the abort lands)
+#   logs: the data of every cellblock.output log message of the session, in order
 #   timings: seconds per step
 
 
@@ -220,6 +221,11 @@ def check_report(report: dict[str, Any], expected_tools: list[dict[str, Any]] | 
     assert resumed["output"] == [{"type": "json", "value": {"step": "after wait"}}]
     assert report["resumed"]["progress"] == resumed["output"]
     assert resumed["telemetry"]["sources"] == {"host": 0, "mcp": 17, "client": 0}
+
+    # Clients that opted in also get every entry as a log message (logger cellblock.output), in order;
+    # the cancelled legs streamed theirs too.
+    assert report["logs"][:2] == first["output"] + resumed["output"], report["logs"]
+    assert {"type": "text", "text": "started"} in report["logs"] and {"type": "text", "text": "resumed"} in report["logs"]
 
     failed = model_json(report["failed"])
     assert failed["status"] == "failed" and "boom" in failed["error"], failed
