@@ -257,3 +257,20 @@ async def test_connect_fronts_a_running_service_with_its_hosted_servers(tmp_path
     finally:
         await service.stop()
     door.assert_nothing_left()
+
+
+async def test_the_mcp_callers_trace_continues_into_the_run(tmp_path: Path) -> None:
+    """A ``traceparent`` in the request's ``_meta`` parents the run's spans; the result names the trace."""
+    door = FrontDoorEnv.make(tmp_path)
+    spans = tmp_path / "spans.jsonl"
+    env = {**door.env, "CELLBLOCK_TRACES": f"jsonfile:{spans}"}
+    command = door.command()
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    async with Client(StdioServerParameters(command=command[0], args=command[1:], env=env, cwd=str(ROOT)), read_timeout_seconds=60) as client:
+        result = await client.call_tool("exec", {"code": "return (await MCP.time.getCurrentTime({ timezone: 'UTC' })).isError ?? false"}, meta={"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01"})
+    assert model_json(result.model_dump(mode="json", by_alias=True, exclude_none=True))["value"] is False
+    assert result.meta is not None and result.meta["cellblock/traceId"] == trace_id
+    records = [json.loads(line) for line in spans.read_text().splitlines()]
+    names = {r["name"] for r in records if r["trace_id"] == trace_id}
+    assert {"tools/call exec", "cell.run"} <= names, names
+    door.assert_nothing_left()

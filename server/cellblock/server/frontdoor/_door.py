@@ -33,6 +33,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from opentelemetry import propagate
 
 from cellblock.client import CellblockClient, CellblockError, OutputEntry, RunResult
 from cellblock.server.frontdoor._sessions import CodeModeNotEngagedError, SessionScope, SessionScopes
@@ -188,12 +189,16 @@ class FrontDoor:
         arguments: dict[str, Any] = dict(params.arguments or {})
         on_output = self._output_sink(ctx, session)
         tool_call_id = session.next_tool_call_id(name)
+        # The SDK's server span of this request (parented to the client's `_meta` traceparent) is the
+        # parent of the leg's trace: the run's spans join the MCP client's trace (SPEC §12).
+        metadata: dict[str, str] = {}
+        propagate.inject(metadata)
         with session.call(), structlog.contextvars.bound_contextvars(session_id=session.scope.session_id, tool_call_id=tool_call_id):
             try:
                 if name == "exec":
-                    result = await self.client.exec(session.scope, tool_call_id=tool_call_id, arguments=arguments, on_output=on_output)
+                    result = await self.client.exec(session.scope, tool_call_id=tool_call_id, arguments=arguments, on_output=on_output, metadata=metadata)
                 else:
-                    result = await self.client.wait(session.scope, tool_call_id=tool_call_id, arguments=arguments, on_output=on_output)
+                    result = await self.client.wait(session.scope, tool_call_id=tool_call_id, arguments=arguments, on_output=on_output, metadata=metadata)
             except CellblockError as exc:
                 # Not a run result (admission, transport): the model still sees it as a tool error.
                 log.warning("frontdoor.leg_refused", tool=name, error=str(exc))
