@@ -80,6 +80,8 @@ async def _cellblock(args: argparse.Namespace) -> AsyncIterator[CellblockClient]
 
     private_dir = tempfile.mkdtemp(prefix="cellblock-frontdoor-")
     settings = _front_door_settings(args.also_grpc, private_dir)
+    if not settings.mcp_servers:
+        log.warning("frontdoor.no_mcp_servers", reason="CELLBLOCK_MCP_SERVERS is empty: exec runs with an empty catalog")
     Path(settings.socket_dir).mkdir(parents=True, exist_ok=True)
     telemetry = configure_telemetry(settings.traces, settings.metrics)
     service = await start_service(settings)

@@ -30,6 +30,7 @@ import mcp_types as types
 import structlog
 from mcp import MCPError
 from mcp.server import Server, ServerRequestContext
+from mcp.server.connection import allowed_log_levels
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -208,7 +209,11 @@ class FrontDoor:
     def _output_sink(self, ctx: ServerRequestContext[Any, Any], session: SessionScope) -> Callable[[OutputEntry], Any]:
         """Streams output entries as progress and (opted-in) log notifications of this request."""
         count = 0
-        handshake = ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS
+        # 2026-07-28: this request's log-level `_meta` is the opt-in; handshake versions allow every level,
+        # and the front door sends log entries only to sessions that asked with logging/setLevel.
+        logs = "info" in allowed_log_levels(ctx.protocol_version, ctx.meta)
+        if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+            logs = logs and _allows(session.log_level, "info")
 
         async def send(entry: OutputEntry) -> None:
             nonlocal count
@@ -216,11 +221,9 @@ class FrontDoor:
             data = entry_json(entry)
             try:
                 await ctx.session.report_progress(count, None, _compact(data))
-                if not handshake or _allows(session.log_level, "info"):
-                    # On 2026-07-28 the SDK delivers only what this request's _meta opted in to.
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", MCPDeprecationWarning)
-                        await ctx.session.send_log_message("info", data, logger="cellblock.output", related_request_id=ctx.request_id)
+                if logs:
+                    message = types.LoggingMessageNotification(params=types.LoggingMessageNotificationParams(level="info", data=data, logger="cellblock.output"))
+                    await ctx.session.send_notification(message, related_request_id=ctx.request_id)
             except Exception as exc:  # noqa: BLE001 - notifications are advisory; the result carries the output
                 log.debug("frontdoor.notify_failed", error=str(exc))
 
