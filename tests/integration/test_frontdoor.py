@@ -25,6 +25,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, start_service
+from cellblock.server.frontdoor import FrontDoor, stdio_session
 from cellblock.server.mcp import parse_mcp_servers
 from tests.support.frontdoor import (
     CANCELLED_EXEC,
@@ -273,4 +274,30 @@ async def test_the_mcp_callers_trace_continues_into_the_run(tmp_path: Path) -> N
     records = [json.loads(line) for line in spans.read_text().splitlines()]
     names = {r["name"] for r in records if r["trace_id"] == trace_id}
     assert {"tools/call exec", "cell.run"} <= names, names
+    door.assert_nothing_left()
+
+
+async def test_refusals_name_their_reason(tmp_path: Path) -> None:
+    """No MCP server: no start. Code mode not engaged for the model: no tools. Other names: unknown tool."""
+    door = FrontDoorEnv.make(tmp_path)
+    env = {**door.env, "CELLBLOCK_MCP_SERVERS": ""}
+    proc = await asyncio.create_subprocess_exec(*door.command(), env=env, cwd=str(ROOT), stdin=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    _, stderr = await asyncio.wait_for(proc.communicate(), timeout=60)
+    assert proc.returncode == 1 and b"CELLBLOCK_MCP_SERVERS names no MCP server" in stderr
+
+    servers = parse_mcp_servers(door.env["CELLBLOCK_MCP_SERVERS"])
+    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": "auto"}, socket_dir=str(door.socket_dir), mcp_servers=servers, warm_pool=0)
+    service = await start_service(settings)
+    try:
+        async with await CellblockClient.connect(service.address) as cellblock:
+            # In process, through the SDK's own in-memory client: no model id, "auto" never engages.
+            async with Client(FrontDoor(cellblock, stdio_session).server) as client:
+                with pytest.raises(MCPError, match="does not engage code mode for model id ''"):
+                    await client.list_tools()
+            async with Client(FrontDoor(cellblock, stdio_session, model_id="anthropic/claude-opus-5").server) as client:
+                assert [t.name for t in (await client.list_tools()).tools] == ["exec", "wait"]
+                with pytest.raises(MCPError, match="Unknown tool: shell"):
+                    await client.call_tool("shell", {"command": "ls"})
+    finally:
+        await service.stop()
     door.assert_nothing_left()

@@ -78,23 +78,26 @@ async def _cellblock(args: argparse.Namespace) -> AsyncIterator[CellblockClient]
         return
     from cellblock.server.telemetry._sdk import configure_telemetry  # noqa: PLC0415 - SDK wiring only in entry points (docs/DESIGN.md §5)
 
-    private_dir = tempfile.mkdtemp(prefix="cellblock-frontdoor-")
-    settings = _front_door_settings(args.also_grpc, private_dir)
-    if not settings.mcp_servers:
-        log.warning("frontdoor.no_mcp_servers", reason="CELLBLOCK_MCP_SERVERS is empty: exec runs with an empty catalog")
-    Path(settings.socket_dir).mkdir(parents=True, exist_ok=True)
-    telemetry = configure_telemetry(settings.traces, settings.metrics)
-    service = await start_service(settings)
+    private_dir = tempfile.mkdtemp(prefix="cellblock-frontdoor-")  # 0700: the gRPC socket is ours alone
     try:
+        settings = _front_door_settings(args.also_grpc, private_dir)
+        if not settings.mcp_servers:
+            # Code mode never engages on an empty catalog (SPEC §2.4): fail at start, not at the first tools/list.
+            raise SystemExit("cellblock mcp: CELLBLOCK_MCP_SERVERS names no MCP server to put behind code mode")
+        Path(settings.socket_dir).mkdir(parents=True, exist_ok=True)
+        telemetry = configure_telemetry(settings.traces, settings.metrics)
+        service = await start_service(settings)
         try:
-            await service.executor.check()
-        except Exception as exc:  # noqa: BLE001 - reported; legs fail closed with runtime_unavailable
-            log.error("executor.unavailable", reason=str(exc))
-        async with await CellblockClient.connect(service.address) as client:
-            yield client
+            try:
+                await service.executor.check()
+            except Exception as exc:  # noqa: BLE001 - reported; legs fail closed with runtime_unavailable
+                log.error("executor.unavailable", reason=str(exc))
+            async with await CellblockClient.connect(service.address) as client:
+                yield client
+        finally:
+            await service.stop()
+            telemetry.shutdown()
     finally:
-        await service.stop()
-        telemetry.shutdown()
         shutil.rmtree(private_dir, ignore_errors=True)
 
 

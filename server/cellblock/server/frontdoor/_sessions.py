@@ -118,8 +118,9 @@ class SessionScopes:
             names = [t.name for t in surface.tools]
             if not surface.code_mode_engaged or names[:2] != list(CODE_MODE_TOOLS):
                 raise CodeModeNotEngagedError(
-                    f"the cellblock service does not engage code mode for model id {self._model_id!r} (tools: {names}); "
-                    'set CELLBLOCK_CODE_MODE {"enabled": true} on the service or pass --model with a preferred-tier model id'
+                    f"the cellblock service does not engage code mode for model id {self._model_id!r} (tools: {names}): "
+                    "it needs at least one hosted MCP server (CELLBLOCK_MCP_SERVERS) and either "
+                    'CELLBLOCK_CODE_MODE {"enabled": true} or a preferred-tier model id (--model)'
                 )
         except BaseException:
             with contextlib.suppress(CellblockError):
