@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+import signal
 import time
 import warnings
 from pathlib import Path
@@ -300,4 +301,41 @@ async def test_refusals_name_their_reason(tmp_path: Path) -> None:
                     await client.call_tool("shell", {"command": "ls"})
     finally:
         await service.stop()
+    door.assert_nothing_left()
+
+
+async def test_sigterm_ends_a_stdio_front_door_with_its_client_still_attached(tmp_path: Path) -> None:
+    """The client keeps stdin open (no EOF): SIGTERM alone ends the sessions, the service and the process."""
+    door = FrontDoorEnv.make(tmp_path)
+    with (tmp_path / "stderr.log").open("wb") as errlog:
+        proc = await asyncio.create_subprocess_exec(*door.command(), env=door.env, cwd=str(ROOT), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=errlog)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    async def rpc(message: dict[str, Any]) -> dict[str, Any] | None:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+        await proc.stdin.drain()
+        if "id" not in message:
+            return None
+        while True:
+            reply: dict[str, Any] = json.loads(await asyncio.wait_for(proc.stdout.readline(), timeout=60))
+            if reply.get("id") == message["id"]:
+                return reply
+
+    try:
+        init = await rpc({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        assert init is not None and init["result"]["serverInfo"]["name"] == "cellblock"
+        await rpc({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = await rpc({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "exec", "arguments": {"code": "await yield_control(); return 1"}}})
+        assert call is not None and json.loads(call["result"]["content"][0]["text"])["status"] == "waiting"
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0
+        print(f"SIGTERM to exit: {time.monotonic() - started:.2f}s")
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    closed = [json.loads(line) for line in (tmp_path / "stderr.log").read_text().splitlines() if '"frontdoor.session_closed"' in line]
+    assert [c["discarded_runs"] for c in closed] == [1], closed
     door.assert_nothing_left()

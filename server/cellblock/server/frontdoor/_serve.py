@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
-from typing import Any
+import os
+import stat
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, cast
 
 import structlog
 import uvicorn
@@ -30,11 +32,55 @@ log = structlog.get_logger("cellblock.frontdoor")
 DEFAULT_SESSION_IDLE_S = 30 * 60.0
 
 
+#: Longest stdio message (one JSON-RPC line) in bytes, as the gRPC API's message cap; a longer one ends the connection.
+MAX_STDIO_LINE_BYTES = 64 * 1024 * 1024
+
+
+class _StdinLines:
+    """The lines of the MCP client's pipe, read on the event loop (so cancellable), for ``stdio_server``."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+
+    def __aiter__(self) -> _StdinLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", errors="replace")
+
+
+@contextlib.asynccontextmanager
+async def _claimed_stdin() -> AsyncIterator[_StdinLines | None]:
+    """Moves the client's pipe off fd 0 (which then reads /dev/null) onto an asyncio pipe reader.
+
+    The SDK's own stdin reader is a worker thread that no cancellation reaches, so SIGTERM
+    would wait for the client's next line. Yields ``None`` when fd 0 is not a pipe, socket or
+    character device (then the SDK reads it as usual).
+    """
+    mode = os.fstat(0).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISCHR(mode)):
+        yield None
+        return
+    wire = os.fdopen(os.dup(0), "rb", buffering=0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    reader = asyncio.StreamReader(limit=MAX_STDIO_LINE_BYTES)
+    transport, _ = await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), wire)
+    try:
+        yield _StdinLines(reader)
+    finally:
+        transport.close()
+
+
 async def serve_stdio(client: CellblockClient, *, model_id: str = "") -> None:
     """Serves MCP on this process's stdin/stdout until stdin closes (or cancellation)."""
     door = FrontDoor(client, stdio_session, model_id=model_id)
     try:
-        async with stdio_server() as (read_stream, write_stream):
+        async with _claimed_stdin() as lines, stdio_server(stdin=cast("Any", lines)) as (read_stream, write_stream):
             log.info("frontdoor.listening", transport="stdio")
             await door.server.run(read_stream, write_stream, door.server.create_initialization_options())
     finally:
