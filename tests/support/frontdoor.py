@@ -222,10 +222,9 @@ def check_report(report: dict[str, Any], expected_tools: list[dict[str, Any]] | 
     assert report["resumed"]["progress"] == resumed["output"]
     assert resumed["telemetry"]["sources"] == {"host": 0, "mcp": 17, "client": 0}
 
-    # Clients that opted in also get every entry as a log message (logger cellblock.output), in order;
-    # the cancelled legs streamed theirs too.
+    # Clients that opted in also get every entry as a log message (logger cellblock.output), in order.
+    # (Those of the cancelled calls may be dropped by a client that already forgot the request.)
     assert report["logs"][:2] == first["output"] + resumed["output"], report["logs"]
-    assert {"type": "text", "text": "started"} in report["logs"] and {"type": "text", "text": "resumed"} in report["logs"]
 
     failed = model_json(report["failed"])
     assert failed["status"] == "failed" and "boom" in failed["error"], failed
