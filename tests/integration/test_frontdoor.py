@@ -1,6 +1,6 @@
 """The MCP front door end to end with the official MCP Python SDK client (issue #17, SPEC §3.7).
 
-Each test starts ``python -m cellblock.server.frontdoor`` as its own process (in-process
+Each test starts ``python -m cellblock.frontdoor`` as its own process (in-process
 cellblock service, Docker executor, real cells) with server-memory (npm) and
 mcp-server-time (PyPI) behind it, and drives it as an MCP client would, over stdio and
 over streamable HTTP: list the tools, run a program that calls both servers, suspend
@@ -25,8 +25,8 @@ from mcp.client.stdio import stdio_client
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from cellblock.client import CellblockClient, Scope
+from cellblock.frontdoor import FrontDoor, stdio_session
 from cellblock.server.app import ServerSettings, start_service
-from cellblock.server.frontdoor import FrontDoor, stdio_session
 from cellblock.server.mcp import parse_mcp_servers
 from tests.support.frontdoor import (
     CANCELLED_EXEC,

@@ -1,7 +1,7 @@
 """Shared parts of the MCP front-door tests (SPEC §3.7): the process, its MCP servers, the programs.
 
 The front door runs as its own process, as an operator starts it
-(``python -m cellblock.server.frontdoor``), with an in-process cellblock service on
+(``python -m cellblock.frontdoor``), with an in-process cellblock service on
 the Docker executor (real cells) and two third-party MCP servers behind it:
 ``@modelcontextprotocol/server-memory`` (npm, stdio) and ``mcp-server-time`` (PyPI, stdio).
 """
@@ -123,7 +123,7 @@ class FrontDoorEnv:
         return cls(env=env, socket_dir=socket_dir)
 
     def command(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "cellblock.server.frontdoor", *args]
+        return [sys.executable, "-m", "cellblock.frontdoor", *args]
 
     def start_http(self, port: int, *args: str, log_path: Path) -> subprocess.Popen[bytes]:
         """Starts an HTTP front door and waits until it accepts connections."""

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from cellblock.client import OutputEntry, RunResult
-from cellblock.server.frontdoor import build_parser, entry_json, tool_result
-from cellblock.server.frontdoor._cli import _front_door_settings
-from cellblock.server.frontdoor._door import _allows
+from cellblock.frontdoor import build_parser, entry_json, tool_result
+from cellblock.frontdoor._cli import _front_door_settings
+from cellblock.frontdoor._door import _allows
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -61,4 +61,4 @@ def test_the_command_line() -> None:
 def test_the_console_script_names_the_entry_point() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["cellblock"].partition(":")
-    assert getattr(importlib.import_module(module), name) is importlib.import_module("cellblock.server.frontdoor").main
+    assert getattr(importlib.import_module(module), name) is importlib.import_module("cellblock.frontdoor").main

@@ -26,8 +26,8 @@ from pathlib import Path
 import structlog
 
 from cellblock.client import CellblockClient
+from cellblock.frontdoor._serve import DEFAULT_SESSION_IDLE_S, serve_http, serve_stdio
 from cellblock.server.app import ServerSettings, start_service
-from cellblock.server.frontdoor._serve import DEFAULT_SESSION_IDLE_S, serve_http, serve_stdio
 from cellblock.server.logging import configure_logging
 
 __all__ = ["build_parser", "main", "run_front_door"]
@@ -76,7 +76,7 @@ async def _cellblock(args: argparse.Namespace) -> AsyncIterator[CellblockClient]
         async with await CellblockClient.connect(args.connect) as client:
             yield client
         return
-    from cellblock.server.telemetry._sdk import configure_telemetry  # noqa: PLC0415 - SDK wiring only in entry points (docs/DESIGN.md §5)
+    from cellblock.server.telemetry.sdk import configure_telemetry  # noqa: PLC0415 - SDK wiring only in entry points (docs/DESIGN.md §5)
 
     private_dir = tempfile.mkdtemp(prefix="cellblock-frontdoor-")  # 0700: the gRPC socket is ours alone
     try:
@@ -123,7 +123,7 @@ async def run_front_door(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Entry point of the ``cellblock`` console script and ``python -m cellblock.server.frontdoor``."""
+    """Entry point of the ``cellblock`` console script and ``python -m cellblock.frontdoor``."""
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         from cellblock.server.app import main as serve_main  # noqa: PLC0415

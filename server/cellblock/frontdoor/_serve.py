@@ -22,7 +22,7 @@ from mcp.server.stdio import stdio_server
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from cellblock.client import CellblockClient
-from cellblock.server.frontdoor._door import FrontDoor, http_session, stdio_session
+from cellblock.frontdoor._door import FrontDoor, http_session, stdio_session
 
 __all__ = ["DEFAULT_SESSION_IDLE_S", "serve_http", "serve_stdio"]
 

@@ -4,13 +4,13 @@ A layer on top of cellblock's public API: it talks to the service only through
 `cellblock.client` (an in-process service or a remote one), serves the model-facing
 tools of ``GetToolSurface`` with the official MCP SDK (stdio and streamable HTTP),
 and gives each MCP session its own scope. ``cellblock mcp`` (or
-``python -m cellblock.server.frontdoor``) runs it.
+``python -m cellblock.frontdoor``) runs it.
 """
 
-from cellblock.server.frontdoor._cli import build_parser, main, run_front_door
-from cellblock.server.frontdoor._door import INSTRUCTIONS, FrontDoor, entry_json, http_session, stdio_session, tool_result
-from cellblock.server.frontdoor._serve import DEFAULT_SESSION_IDLE_S, serve_http, serve_stdio
-from cellblock.server.frontdoor._sessions import AGENT_RUN_ID, CodeModeNotEngagedError, SessionScope, SessionScopes
+from cellblock.frontdoor._cli import build_parser, main, run_front_door
+from cellblock.frontdoor._door import INSTRUCTIONS, FrontDoor, entry_json, http_session, stdio_session, tool_result
+from cellblock.frontdoor._serve import DEFAULT_SESSION_IDLE_S, serve_http, serve_stdio
+from cellblock.frontdoor._sessions import AGENT_RUN_ID, CodeModeNotEngagedError, SessionScope, SessionScopes
 
 __all__ = [
     "AGENT_RUN_ID",

@@ -37,7 +37,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from opentelemetry import propagate
 
 from cellblock.client import CellblockClient, CellblockError, OutputEntry, RunResult
-from cellblock.server.frontdoor._sessions import CodeModeNotEngagedError, SessionScope, SessionScopes
+from cellblock.frontdoor._sessions import CodeModeNotEngagedError, SessionScope, SessionScopes
 
 __all__ = ["INSTRUCTIONS", "FrontDoor", "SessionKey", "entry_json", "http_session", "stdio_session", "tool_result"]
 
