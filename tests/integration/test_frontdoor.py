@@ -131,7 +131,7 @@ async def python_flow(client: Client) -> dict[str, Any]:
     return report
 
 
-async def _python_flow_over(target: str | StdioServerParameters) -> dict[str, Any]:
+async def _python_flow_over(target: Any) -> dict[str, Any]:
     """The flow with the client opted in to log messages (log_level on 2026-07-28, logging/setLevel before)."""
     logs: list[Any] = []
 
@@ -176,7 +176,9 @@ async def test_the_flow_over_stdio(sdk: str, tmp_path: Path) -> None:
     door = FrontDoorEnv.make(tmp_path)
     started = time.monotonic()
     if sdk == "python":
-        report = await _python_flow_over(StdioServerParameters(command=door.command()[0], args=door.command()[1:], env=door.env, cwd=str(ROOT)))
+        params = StdioServerParameters(command=door.command()[0], args=door.command()[1:], env=door.env, cwd=str(ROOT))
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            report = await _python_flow_over(stdio_client(params, errlog=errlog))
     else:
         report = await _ts_flow(door, tmp_path, "--stdio", *door.command())
     check_report(report, None)
