@@ -14,9 +14,9 @@ A ``tools/call`` of ``exec`` or ``wait`` is one cellblock leg:
   notification (when the request carried a ``progressToken``; ``message`` is the
   entry's compact JSON) and as a ``notifications/message`` log entry (logger
   ``cellblock.output``, level ``info``) when the client opted in to logging;
-- cancelling the request (``notifications/cancelled``, or closing the HTTP response on
-  the 2026-07-28 wire) cancels the handler, and the client sends ``Cancel``: the leg
-  ends ``aborted`` and the run can never be resumed (SPEC §3.6, §10.9).
+- cancelling the request (``notifications/cancelled``) cancels the handler, and
+  `cellblock.client` sends ``Cancel``: the leg ends ``aborted`` and the run can never
+  be resumed (SPEC §3.6, §10.9).
 """
 
 from __future__ import annotations
