@@ -1,6 +1,7 @@
 """Host side of ``namespace`` requests and the hosted-MCP configuration (SPEC §3.2 item 7, §8.5 item 7).
 
 Unit level: a real catalog, a real :class:`StreamPorts` and a real :class:`RunCatalog`; no cell.
+The run's catalog resolves and projects calls; the port sends them on the stream.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from cellblock.server.app import ServerSettings
 from cellblock.server.catalog import BridgeReplyError, Catalog
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.mcp import McpServerConfig, parse_mcp_servers
-from cellblock.server.runs._ports import ToolOutcome
-from cellblock.server.runs._state import PendingRequest
+from cellblock.server.runs import BridgeMethod, PendingRequest, ToolOutcome
 from cellblock.v1 import code_mode_service_pb2 as pb
 
 TOOLS: list[dict[str, Any]] = [
@@ -29,19 +29,23 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def ports(tools: list[dict[str, Any]] = TOOLS) -> tuple[StreamPorts, asyncio.Queue[Any]]:
+def run_catalog(tools: list[dict[str, Any]] = TOOLS) -> RunCatalog:
     catalog = Catalog()
     catalog.register(tools)
+    return RunCatalog(catalog.view, CodeModeConfig.from_json({}))
+
+
+def ports() -> tuple[StreamPorts, asyncio.Queue[Any]]:
     outbox: asyncio.Queue[Any] = asyncio.Queue()
-    return StreamPorts(pb.ExecResponse, outbox, RunCatalog(catalog.view, CodeModeConfig.from_json({})), None), outbox
+    return StreamPorts(pb.ExecResponse, outbox), outbox
 
 
 def test_namespace_path_resolves_to_the_exact_entry_with_its_guest_path() -> None:
-    p, _ = ports()
-    resolved = p.resolve("namespace", ["MCP", "gitHub.createIssue", {"title": "t"}])
-    assert resolved["entry"].id == "mcp:git-hub:create_issue"
-    assert resolved["input"] == {"title": "t"} and resolved["replaySafe"] is False and resolved["label"] == "MCP.gitHub.createIssue"
-    assert p.resolve("namespace", ["MCP", "gitHub.resources.read", {}])["entry"].id == "mcp:git-hub:files"
+    c = run_catalog()
+    resolved = c.resolve_call("namespace", ["MCP", "gitHub.createIssue", {"title": "t"}])
+    assert resolved.entry.id == "mcp:git-hub:create_issue"
+    assert resolved.input == {"title": "t"} and resolved.replay_safe is False and resolved.label == "MCP.gitHub.createIssue"
+    assert c.resolve_call("namespace", ["MCP", "gitHub.resources.read", {}]).entry.id == "mcp:git-hub:files"
 
 
 @pytest.mark.parametrize(
@@ -57,58 +61,58 @@ def test_namespace_path_resolves_to_the_exact_entry_with_its_guest_path() -> Non
     ],
 )
 def test_paths_outside_the_namespace_map_get_p04(args: list[Any]) -> None:
-    p, _ = ports()
+    c = run_catalog()
     with pytest.raises(BridgeReplyError) as info:
-        p.resolve("namespace", args)
+        c.resolve_call("namespace", args)
     path = args[1] if len(args) > 1 else ""
     assert info.value.message == f"unknown namespace path: {path}"
     assert info.value.provenance == "internal"
 
 
 def test_forged_non_object_input_gets_b14_with_input_provenance() -> None:
-    p, _ = ports()
+    c = run_catalog()
     with pytest.raises(BridgeReplyError) as info:
-        p.resolve("namespace", ["MCP", "gitHub.createIssue", [1]])
+        c.resolve_call("namespace", ["MCP", "gitHub.createIssue", [1]])
     assert info.value.message == "MCP.gitHub.createIssue takes a single object argument."
     assert info.value.provenance == "input"
 
 
 def test_mcp_entries_are_not_reachable_through_tools_helpers() -> None:
-    p, _ = ports()
+    c = run_catalog()
     with pytest.raises(BridgeReplyError) as info:
-        p.resolve("callValue", ["mcp:git-hub:create_issue", {}])
+        c.resolve_call("callValue", ["mcp:git-hub:create_issue", {}])
     assert info.value.message.startswith("Unknown tool: mcp:git-hub:create_issue.")
 
 
 def test_runtime_route_sends_namespace_tool_call_and_delivers_the_raw_result() -> None:
     p, outbox = ports()
+    c = run_catalog()
 
     class FakeRun:
         tool_call_id = "call-1"
         run_id = "run_x"
         replay_id = "replay_abc"
 
-    req = PendingRequest(bridge_id="bridge:namespace:1", method="namespace", args=["MCP", "gitHub.createIssue", {"title": "t"}])
-    req.entry = p.resolve(req.method, req.args)
+    req = PendingRequest(bridge_id="bridge:namespace:1", method=BridgeMethod.NAMESPACE, args=["MCP", "gitHub.createIssue", {"title": "t"}])
+    req.call = resolved = c.resolve_call(req.method, req.args)
     req.nested_call_id = "cellblock_call-1_abc_1"
     p.dispatch(FakeRun(), req)  # type: ignore[arg-type]
     call = outbox.get_nowait().tool_call
     assert (call.catalog_id, call.source, call.owner, call.name, call.method) == ("mcp:git-hub:create_issue", 2, "git-hub", "create_issue", pb.NESTED_CALL_METHOD_NAMESPACE)
     assert json.loads(call.input_json) == {"title": "t"}
     raw = {"content": [{"type": "text", "text": "ok"}], "details": {"x": 1}, "isError": False}
-    assert p.project_result(req, ToolOutcome(req.nested_call_id, ok_json=json.dumps(raw)), 1 << 20) == raw
+    assert c.project_result(req.method, resolved, ToolOutcome(req.nested_call_id, ok_json=json.dumps(raw)), 1 << 20) == raw
     with pytest.raises(BridgeReplyError) as info:
-        p.project_result(req, ToolOutcome(req.nested_call_id, error_kind="cancelled"), 1 << 20)
+        c.project_result(req.method, resolved, ToolOutcome(req.nested_call_id, error_kind="cancelled"), 1 << 20)
     assert info.value.message == 'Tool "MCP.gitHub.createIssue" was cancelled before it returned.'
 
 
 def test_guest_catalog_carries_mcp_data_and_files_only_with_mcp_entries() -> None:
-    p, _ = ports()
-    data = p.guest_catalog()
+    data = run_catalog().guest_catalog()
     assert [f["path"] for f in data["apiFiles"]] == ["mcp/index.d.ts", "mcp/gitHub.d.ts"]
     assert data["mcp"]["servers"][0]["serverName"] == "git-hub"
     assert [t["id"] for t in data["allTools"]] == ["client:client:pick", "host:core:read"]
-    plain, _ = ports([{"source": "host", "name": "read"}])
+    plain = run_catalog([{"source": "host", "name": "read"}])
     assert plain.guest_catalog()["mcp"] is None and plain.guest_catalog()["apiFiles"] == []
 
 

@@ -12,7 +12,7 @@ from cellblock.server.api._scope import page_start, require_scope
 from cellblock.server.api._state import ServiceState
 from cellblock.server.catalog import CatalogRegistrationError, compact_json
 from cellblock.server.limits import MAX_TOOLS_PER_REQUEST
-from cellblock.server.runs import RunRegistry
+from cellblock.server.runs import CancelReason, RunRegistry
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2
@@ -181,7 +181,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         aborted = 0
         for leg_scope, ports, _leg in list(self._state.active_legs.values()):
             if leg_scope == scope:
-                ports.events.put_nowait(("cancel", "scope"))
+                ports.cancel(CancelReason.SCOPE)
                 aborted += 1
         discarded = 0
         for run in self._registry.of_scope(*scope):

@@ -1,16 +1,24 @@
 """Scope catalogs as the services and legs use them.
 
-Wraps :class:`cellblock.server.catalog.Catalog` (registration, counters,
-views) with what a leg needs from its frozen view: the guest's catalog data,
-search/describe/lookup answers and the input/output contracts.
+The catalog is wrapped once: :class:`RunCatalog` is the run's frozen
+:class:`~cellblock.server.catalog.CatalogView` plus what a run's bridge requests need
+from it (the guest's catalog data, search/describe answers, resolving nested calls
+against the namespace map and the input contract, projecting tool results through the
+output contract). It implements :class:`~cellblock.server.runs.CatalogPort`; the leg
+reads it as ``run.view``. :class:`ScopeCatalog` is one scope's catalog session.
 """
 
 from __future__ import annotations
 
+import json
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
+import structlog
+
+from cellblock.server import messages as msg
 from cellblock.server.catalog import (
+    BridgeReplyError,
     Catalog,
     CatalogEntry,
     CatalogView,
@@ -21,11 +29,18 @@ from cellblock.server.catalog import (
     tool_surface,
 )
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.runs import make_telemetry
+from cellblock.server.runs import BridgeMethod, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry
+
+log = structlog.get_logger("cellblock.leg")
 
 
 class RunCatalog:
-    """The catalog view one run keeps for all of its legs (SPEC §3.2 item 6)."""
+    """The catalog view one run keeps for all of its legs (SPEC §3.2 item 6).
+
+    Args:
+        view: The scope's catalog view when the run started (frozen).
+        config: The deployment's code-mode configuration (search settings).
+    """
 
     def __init__(self, view: CatalogView, config: CodeModeConfig) -> None:
         self._view = view
@@ -37,9 +52,11 @@ class RunCatalog:
         return build_namespace(self._view.entries)
 
     def guest_catalog(self) -> dict[str, Any]:
-        """The data the cell installs: ``allTools``, ``convenience``, ``mcp`` (``None`` without
-        ``mcp`` entries) and ``apiFiles`` (SPEC §8.1, §8.5, §8.6). Computed once per run; treat
-        it as read-only."""
+        """The data the cell installs (SPEC §8.1, §8.5, §8.6).
+
+        ``allTools``, ``convenience``, ``mcp`` (``None`` without ``mcp`` entries) and
+        ``apiFiles``. Computed once per run; treat it as read-only.
+        """
         return self._guest_catalog
 
     @cached_property
@@ -47,40 +64,104 @@ class RunCatalog:
         ns = self.namespace
         return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": ns.guest_data(), "apiFiles": ns.api_files()}
 
-    def namespace_entry(self, root: Any, path: Any) -> CatalogEntry | None:
-        """The entry a ``namespace`` request targets, or ``None`` when ``[root, path]`` is not in
-        the run's namespace map (SPEC §8.5 item 7)."""
+    def namespace_entry(self, root: object, path: object) -> CatalogEntry | None:
+        """The entry a ``namespace`` request targets (SPEC §8.5 item 7).
+
+        ``None`` when ``[root, path]`` is not in the run's namespace map.
+        """
         if root != "MCP" or not isinstance(path, str):
             return None
         entry_id = self.namespace.paths.get(path)
         return None if entry_id is None else self._view.get(entry_id)
 
-    def search(self, query: Any, options: Any) -> list[dict[str, Any]]:
+    def search(self, query: object, options: object) -> list[dict[str, Any]]:
         """``tools.search`` (SPEC §7.5). Raises BridgeReplyError."""
         return self._view.search(query, options, config=self._config)
 
-    def describe(self, text: Any) -> dict[str, Any]:
+    def describe(self, text: object) -> dict[str, Any]:
         """``tools.describe`` (SPEC §8.3 item 2). Raises BridgeReplyError."""
         return self._view.describe(text)
 
-    def resolve(self, text: Any, helper: Any) -> CatalogEntry:
-        """Resolves a call's id text (SPEC §7.6). Raises BridgeReplyError."""
-        return self._view.resolve(text, helper)
+    def resolve_call(self, method: str, args: list[object]) -> ResolvedCall:
+        """Resolves a nested call and checks its input contract.
 
-    def check_input(self, entry: CatalogEntry, arguments: Any) -> None:
-        """Input contract (SPEC §8.4 item 1). Raises BridgeReplyError."""
-        check_input_contract(entry, arguments)
+        ``namespace`` calls reach only paths in the run's namespace map, by exact
+        catalog id (SPEC §8.5 item 7); ``call``/``callValue`` resolve their id text
+        (SPEC §7.6). Both check the input contract (SPEC §8.4 item 1).
 
-    def check_output(self, entry: CatalogEntry, result: Any) -> None:
-        """Output contract (SPEC §8.4 item 2). Raises BridgeReplyError."""
+        Args:
+            method: ``call``, ``callValue`` or ``namespace``.
+            args: The request's arguments.
+
+        Raises:
+            BridgeReplyError: Unknown/ambiguous tool, bad id type, unknown namespace
+                path [P04], non-object namespace input [B14], input contract [B10].
+        """
+        if method == BridgeMethod.NAMESPACE:
+            path = args[1] if len(args) > 1 else ""
+            entry = self.namespace_entry(args[0] if args else None, path)
+            if entry is None:
+                log.error("bridge.protocol", message=msg.p04(str(path)))
+                raise BridgeReplyError(msg.p04(str(path)), "internal")
+            label = f"MCP.{path}"
+            tool_input = args[2] if len(args) > 2 else {}
+            if not isinstance(tool_input, dict):
+                # The controller refuses these itself (B14); a forged request gets the same reply.
+                raise BridgeReplyError(msg.b14(label), "input")
+            return ResolvedCall(entry=entry, input=tool_input, replay_safe=False, label=label)
+        helper: Literal["tools.call", "tools.callValue"] = "tools.call" if method == BridgeMethod.CALL else "tools.callValue"
+        tool_id = args[0] if args else None
+        entry = self._view.resolve(tool_id, helper)
+        tool_input = args[1] if len(args) > 1 else {}
+        check_input_contract(entry, tool_input)
+        return ResolvedCall(entry=entry, input=tool_input, replay_safe=self.is_replay_safe_call(entry, tool_id), label=entry.id)
+
+    def project_result(self, method: str, call: ResolvedCall, outcome: ToolOutcome, inbox_bytes: int) -> object:
+        """Turns a tool outcome into the value the guest receives.
+
+        A failure becomes its reply (SPEC §3.5 item 5, [B09], [B11], [B19]); a result
+        larger than the reply inbox is refused [B12]; the output contract is checked
+        (SPEC §8.4 item 2); ``call`` wraps the result with its compact entry and
+        ``callValue`` unwraps MCP ``details``.
+
+        Raises:
+            BridgeReplyError: Failure replies, oversized or malformed results, output
+                contract violations.
+        """
+        entry = call.entry
+        # In tool messages <id> is the guest path for namespace calls (SPEC §14).
+        label = call.label
+        if outcome.oversized_bytes > 0:
+            raise BridgeReplyError(msg.b12(label, outcome.oversized_bytes, inbox_bytes), "internal")
+        if outcome.ok_json is None:
+            kind = outcome.error_kind
+            if kind == ToolErrorKind.INVALID_INPUT:
+                raise BridgeReplyError(outcome.error_message, "input")
+            if kind == ToolErrorKind.BLOCKED:
+                raise BridgeReplyError(msg.b09(label, outcome.error_message), "internal")
+            if kind == ToolErrorKind.CANCELLED:
+                raise BridgeReplyError(msg.b19(label), "internal")
+            raise BridgeReplyError(outcome.error_message or msg.b11(label), "internal")
+        size = len(outcome.ok_json.encode("utf-8", "surrogatepass"))
+        if size > inbox_bytes:
+            raise BridgeReplyError(msg.b12(label, size, inbox_bytes), "internal")
+        try:
+            result = json.loads(outcome.ok_json)
+        except (ValueError, RecursionError):
+            raise BridgeReplyError(msg.not_json(label), "internal") from None
         check_output_contract(entry, result)
+        if method == BridgeMethod.CALL:
+            return {"tool": entry.compact(), "result": result}
+        if method == BridgeMethod.CALL_VALUE and isinstance(result, dict) and "details" in result:
+            return result["details"]
+        return result
 
     def count_call(self) -> None:
         """Counts one nested call request in the view's catalog session."""
         self._view.counters.count_call()
 
     @staticmethod
-    def is_replay_safe_call(entry: CatalogEntry, text: Any) -> bool:
+    def is_replay_safe_call(entry: CatalogEntry, text: object) -> bool:
         """SPEC §10.8 item 1: exact host id, replaySafe and not sideEffecting."""
         return entry.source == "host" and text == entry.id and entry.replay_safe and not entry.side_effecting
 

@@ -10,39 +10,40 @@ from typing import Any
 
 import grpc
 import structlog
+from google.protobuf.message import Message
+from structlog.typing import FilteringBoundLogger
 
 from cellblock.server.api._scope import require_scope
 from cellblock.server.api._state import ServiceState
 from cellblock.server.api._stream_ports import StreamPorts
-from cellblock.server.catalog import compact_json
-from cellblock.server.runs import LegReport, Runner, ToolOutcome
+from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, compact_json
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("cellblock.rpc")
 
-_STATUS = {"completed": pb.RUN_STATUS_COMPLETED, "waiting": pb.RUN_STATUS_WAITING, "failed": pb.RUN_STATUS_FAILED}
+_STATUS = {RunStatus.COMPLETED: pb.RUN_STATUS_COMPLETED, RunStatus.WAITING: pb.RUN_STATUS_WAITING, RunStatus.FAILED: pb.RUN_STATUS_FAILED}
 _CODES = {
-    "": pb.ERROR_CODE_UNSPECIFIED,
-    "invalid_input": pb.ERROR_CODE_INVALID_INPUT,
-    "runtime_unavailable": pb.ERROR_CODE_RUNTIME_UNAVAILABLE,
-    "aborted": pb.ERROR_CODE_ABORTED,
-    "timeout": pb.ERROR_CODE_TIMEOUT,
-    "output_limit_exceeded": pb.ERROR_CODE_OUTPUT_LIMIT_EXCEEDED,
-    "snapshot_limit_exceeded": pb.ERROR_CODE_SNAPSHOT_LIMIT_EXCEEDED,
-    "internal_error": pb.ERROR_CODE_INTERNAL_ERROR,
+    None: pb.ERROR_CODE_UNSPECIFIED,
+    ErrorCode.INVALID_INPUT: pb.ERROR_CODE_INVALID_INPUT,
+    ErrorCode.RUNTIME_UNAVAILABLE: pb.ERROR_CODE_RUNTIME_UNAVAILABLE,
+    ErrorCode.ABORTED: pb.ERROR_CODE_ABORTED,
+    ErrorCode.TIMEOUT: pb.ERROR_CODE_TIMEOUT,
+    ErrorCode.OUTPUT_LIMIT_EXCEEDED: pb.ERROR_CODE_OUTPUT_LIMIT_EXCEEDED,
+    ErrorCode.SNAPSHOT_LIMIT_EXCEEDED: pb.ERROR_CODE_SNAPSHOT_LIMIT_EXCEEDED,
+    ErrorCode.INTERNAL_ERROR: pb.ERROR_CODE_INTERNAL_ERROR,
 }
 _ERROR_KINDS = {
-    pb.TOOL_ERROR_KIND_UNSPECIFIED: "failed",
-    pb.TOOL_ERROR_KIND_INVALID_INPUT: "invalid_input",
-    pb.TOOL_ERROR_KIND_BLOCKED: "blocked",
-    pb.TOOL_ERROR_KIND_FAILED: "failed",
-    pb.TOOL_ERROR_KIND_CANCELLED: "cancelled",
+    pb.TOOL_ERROR_KIND_UNSPECIFIED: ToolErrorKind.FAILED,
+    pb.TOOL_ERROR_KIND_INVALID_INPUT: ToolErrorKind.INVALID_INPUT,
+    pb.TOOL_ERROR_KIND_BLOCKED: ToolErrorKind.BLOCKED,
+    pb.TOOL_ERROR_KIND_FAILED: ToolErrorKind.FAILED,
+    pb.TOOL_ERROR_KIND_CANCELLED: ToolErrorKind.CANCELLED,
 }
 
 
-def _overrides(msg: pb.LimitOverrides) -> dict[str, Any]:
+def _overrides(msg: pb.LimitOverrides) -> dict[str, int]:
     names = {
         "timeout_ms": "timeoutMs",
         "memory_limit_bytes": "memoryLimitBytes",
@@ -69,6 +70,53 @@ def _result_message(report: LegReport) -> pb.Result:
         metadata=metadata,
         trace_id=current_trace_id(),
     )
+
+
+async def _read_start(kind: str, iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> tuple[Any, tuple[str, str]]:
+    """Reads and checks a leg stream's start message; aborts the RPC with INVALID_ARGUMENT.
+
+    Returns:
+        The ``ExecStart`` or ``WaitStart`` and the scope.
+    """
+    try:
+        first = await iterator.__anext__()
+    except StopAsyncIteration:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the {kind} stream closed before its start message")
+    if first.WhichOneof("message") != "start":
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the first message of a {kind.capitalize()} stream must be start")
+    start = first.start
+    scope = await require_scope(start.scope, context)
+    if not start.tool_call_id.strip():
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "start.tool_call_id must be a non-empty string")
+    return start, scope
+
+
+async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts) -> None:
+    """Puts the runtime's tool results and cancel on the leg's queue until the stream ends."""
+    try:
+        async for message in iterator:
+            which = message.WhichOneof("message")
+            if which == "tool_result":
+                tr = message.tool_result
+                outcome = tr.WhichOneof("outcome")
+                if outcome == "ok_json":
+                    ports.tool_result(ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json))
+                elif outcome == "oversized_bytes":
+                    ports.tool_result(ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes)))
+                else:
+                    kind = _ERROR_KINDS.get(tr.error.kind, ToolErrorKind.FAILED)
+                    ports.tool_result(ToolOutcome(tr.nested_call_id, error_kind=kind, error_message=tr.error.message))
+            elif which == "cancel":
+                ports.cancel()
+    except (grpc.aio.AioRpcError, asyncio.CancelledError):
+        pass
+
+
+def _log_completed(bound: FilteringBoundLogger, report: LegReport, started: float) -> None:
+    """Writes the RPC's canonical line; failures other than aborts at warning level."""
+    level = "warning" if report.status is RunStatus.FAILED and report.code is not ErrorCode.ABORTED else "info"
+    run_ids = {"run_id": report.run.run_id, "tool_call_id": report.run.tool_call_id} if report.run else {"run_id": ""}
+    getattr(bound, level)("rpc.completed", status=report.status, code=report.code or "", cell_id=report.cell_id or None, **run_ids, duration_ms=int((time.monotonic() - started) * 1000))
 
 
 class CodeModeService(pb_grpc.CodeModeServiceServicer):
@@ -101,16 +149,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
     async def _leg_stream(self, kind: str, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext, response_type: Any) -> AsyncIterator[Any]:
         started = time.monotonic()
         iterator = request_iterator.__aiter__()
-        try:
-            first = await iterator.__anext__()
-        except StopAsyncIteration:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the {kind} stream closed before its start message")
-        if first.WhichOneof("message") != "start":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the first message of a {kind.capitalize()} stream must be start")
-        start = first.start
-        scope = await require_scope(start.scope, context)
-        if not start.tool_call_id.strip():
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "start.tool_call_id must be a non-empty string")
+        start, scope = await _read_start(kind, iterator, context)
         # The wait's own tool-call id is `wait_tool_call_id`; `tool_call_id` stays the exec's (SPEC §13 item 5).
         ids = {"session_id": scope[0], "agent_run_id": scope[1], ("tool_call_id" if kind == "exec" else "wait_tool_call_id"): start.tool_call_id}
         structlog.contextvars.bind_contextvars(rpc=kind, **ids)
@@ -120,32 +159,16 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this scope has no catalog; register one with CatalogService.PutCatalog first")
         if not self._state.admission.try_acquire():
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many legs are running on this instance (limit {self._state.admission.limit}); retry shortly")
-        outbox: asyncio.Queue[Any] = asyncio.Queue()
-        view = catalog.view() if catalog is not None else None
-        ports = StreamPorts(response_type, outbox, view, catalog, hosted=self._state.mcp_hub, poke=self._state.poke_run)
-        telemetry = (lambda: catalog.telemetry()) if catalog is not None else self._state.empty_telemetry
-
-        async def read_runtime() -> None:
-            try:
-                async for msg in iterator:
-                    which = msg.WhichOneof("message")
-                    if which == "tool_result":
-                        tr = msg.tool_result
-                        outcome = tr.WhichOneof("outcome")
-                        if outcome == "ok_json":
-                            ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json)))
-                        elif outcome == "oversized_bytes":
-                            ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes))))
-                        else:
-                            ports.events.put_nowait(("tool_result", ToolOutcome(tr.nested_call_id, error_kind=_ERROR_KINDS.get(tr.error.kind, "failed"), error_message=tr.error.message)))
-                    elif which == "cancel":
-                        ports.events.put_nowait(("cancel", "caller"))
-            except (grpc.aio.AioRpcError, asyncio.CancelledError):
-                pass
+        outbox: asyncio.Queue[Message | None] = asyncio.Queue()
+        ports = StreamPorts(response_type, outbox, hosted=self._state.mcp_hub, poke=self._state.poke_run)
+        # An exec's run keeps the catalog view of its start (SPEC §3.2 item 6); a wait's run has its own.
+        view: CatalogPort | None = catalog.view() if catalog is not None and kind == "exec" else None
+        telemetry: Telemetry = catalog.telemetry if catalog is not None else self._state.empty_telemetry
 
         async def run_leg() -> LegReport:
             try:
                 if kind == "exec":
+                    assert view is not None
                     return await self._runner.exec(
                         session_id=scope[0],
                         agent_run_id=scope[1],
@@ -158,22 +181,17 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
                         ports=ports,
                         telemetry=telemetry,
                     )
-
-                def on_claim(run: Any) -> None:
-                    ports.view = run.view
-
                 return await self._runner.wait(
                     session_id=scope[0],
                     agent_run_id=scope[1],
                     arguments_json=start.arguments_json,
                     ports=ports,
                     telemetry=telemetry,
-                    on_claim=on_claim,
                 )
             finally:
                 outbox.put_nowait(None)
 
-        reader = asyncio.ensure_future(read_runtime())
+        reader = asyncio.ensure_future(_read_runtime(iterator, ports))
         leg = asyncio.ensure_future(run_leg())
         self._state.active_legs[id(leg)] = (scope, ports, leg)
         try:
@@ -185,16 +203,14 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
             report = leg.result()
             yield response_type(result=_result_message(report))
             annotate_rpc(kind, report)
-            level = "warning" if report.status == "failed" and report.code != "aborted" else "info"
-            run_ids = {"run_id": report.run.run_id, "tool_call_id": report.run.tool_call_id} if report.run else {"run_id": ""}
-            getattr(bound, level)("rpc.completed", status=report.status, code=report.code, cell_id=report.cell_id or None, **run_ids, duration_ms=int((time.monotonic() - started) * 1000))
+            _log_completed(bound, report, started)
         finally:
             self._state.active_legs.pop(id(leg), None)
             self._state.admission.release()
             reader.cancel()
             if not leg.done():
                 # Transport cancellation: abort the leg and let it clean up.
-                ports.events.put_nowait(("cancel", "caller"))
+                ports.cancel()
                 with contextlib.suppress(Exception):
                     await asyncio.shield(leg)
                 bound.info("rpc.cancelled", duration_ms=int((time.monotonic() - started) * 1000))

@@ -80,6 +80,6 @@ class RunService(pb_grpc.RunServiceServicer):
         # An active leg: abort it through its stream's event queue.
         for leg_scope, ports, _leg in list(self._state.active_legs.values()):
             if leg_scope == scope and getattr(ports, "run_id", None) == run.run_id:
-                ports.events.put_nowait(("cancel", "caller"))
+                ports.cancel()
         self._registry.cancel(run)
         return pb.CancelRunResponse(previous_state=pb.RUN_STATE_RUNNING)

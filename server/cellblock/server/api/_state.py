@@ -53,7 +53,7 @@ class ServiceState:
         """Aborts every running leg and waits until each cleaned up its cell."""
         legs = list(self.active_legs.values())
         for _scope, ports, _task in legs:
-            ports.events.put_nowait(("cancel", "caller"))
+            ports.cancel()
         tasks = [task for _scope, _ports, task in legs]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
@@ -67,7 +67,7 @@ class ServiceState:
         """Tells the legs serving ``run_id`` that ``bridge_id`` settled on the run."""
         for _scope, ports, _task in list(self.active_legs.values()):
             if ports.run_id == run_id:
-                ports.events.put_nowait(("settled", bridge_id))
+                ports.hosted_settled(bridge_id)
 
     def empty_telemetry(self) -> dict[str, Any]:
         """Telemetry of a scope without a catalog (SPEC §5.2: zeros)."""

@@ -1,7 +1,7 @@
-"""The host's layer of the run output budget (SPEC §9) and host-side JSON safety (§8.8).
+r"""The host's layer of the run output budget (SPEC §9) and host-side JSON safety (§8.8).
 
 Sizes are UTF-8 byte lengths of compact JSON (SPEC §0.3 item 2): no insignificant
-white space, non-ASCII characters as UTF-8, lone surrogates as ``\\uXXXX``, and
+white space, non-ASCII characters as UTF-8, lone surrogates as ``\uXXXX``, and
 numbers written as ECMAScript's ``Number::toString`` writes them. A lone surrogate
 counts 3 bytes wherever raw text is measured (an error text, a prefix), and is
 never replaced by U+FFFD.
@@ -10,7 +10,7 @@ never replaced by U+FFFD.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from cellblock.server.catalog import compact_json as _compact_json
@@ -28,7 +28,7 @@ class NotSerializableError(ValueError):
 
 
 def compact_json(value: Any) -> str:
-    """Writes a JSON value as compact JSON (SPEC §0.3 item 2).
+    r"""Writes a JSON value as compact JSON (SPEC §0.3 item 2).
 
     One implementation serves the whole service (``catalog._text.compact_json``);
     this wrapper turns its failures into :class:`NotSerializableError`.
@@ -39,7 +39,7 @@ def compact_json(value: Any) -> str:
             ``null``.
 
     Returns:
-        The compact JSON text. Lone surrogates appear as lower-case ``\\uXXXX``.
+        The compact JSON text. Lone surrogates appear as lower-case ``\uXXXX``.
 
     Raises:
         NotSerializableError: ``value`` holds a non-JSON type or is nested too deeply.
@@ -102,7 +102,7 @@ def _utf8_cut_points(text: str) -> list[int]:
 
 
 def _longest_fitting_prefix(
-    content: str, make: Any, fits: Any
+    content: str, make: Callable[[str, int], dict[str, Any]], fits: Callable[[int], bool]
 ) -> tuple[dict[str, Any], bool]:
     """Binary-searches the longest prefix whose marker fits.
 

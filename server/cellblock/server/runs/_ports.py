@@ -1,92 +1,85 @@
-"""What a leg needs from the outside: the runtime's stream and the catalog.
+"""What a leg needs from the outside: its runtime stream (the one port) and its run's catalog.
 
-:class:`LegPorts` is the seam between the leg (cells, bridge, settle loop) and
-the gRPC service that owns the Exec/Wait stream and the scope's catalog.
+A leg talks to exactly one port, :class:`LegPorts`, implemented by the API over the
+Exec/Wait stream (``cellblock.server.api``). The port owns the leg's event queue: the API
+puts runtime events on it (tool results, cancellation, hosted settlements) and the leg
+puts its cell's events on the same queue, so one settle loop sees them in arrival order.
+
+The catalog is not a port: it is the run's own frozen view (``Run.view``, a
+:class:`CatalogPort`), kept for all of the run's legs (SPEC §3.2 item 6). The API's
+``RunCatalog`` implements it over :class:`~cellblock.server.catalog.CatalogView`.
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
-from typing import Any
+import asyncio
+from typing import TYPE_CHECKING, Any, Protocol
 
-from cellblock.server.catalog import BridgeReplyError
-from cellblock.server.runs._state import PendingRequest, Run
+from cellblock.server.runs._protocol import Cancelled, CancelReason, HostedSettled, LegEvent, ResolvedCall, ToolOutcome
 
-__all__ = ["BridgeReplyError", "LegPorts", "ToolOutcome"]
+if TYPE_CHECKING:
+    from cellblock.server.runs._state import PendingRequest, Run
+
+__all__ = ["CatalogPort", "LegPorts"]
 
 
-@dataclass(frozen=True)
-class ToolOutcome:
-    """A runtime's answer to one nested call.
+class CatalogPort(Protocol):
+    """The run's frozen catalog view as the leg uses it.
 
-    Attributes:
-        nested_call_id: The call answered.
-        ok_json: The tool result as JSON text, when it succeeded.
-        error_kind: ``invalid_input``, ``blocked``, ``failed`` or ``cancelled``
-            when it did not.
-        error_message: The runtime's message for a failure.
-        oversized_bytes: The size in bytes of a result the runtime could not
-            send because it exceeds the service's message cap (the guest gets [B12]).
+    Every method that answers a guest raises
+    :class:`~cellblock.server.catalog.BridgeReplyError` for a refusal.
     """
 
-    nested_call_id: str
-    ok_json: str | None = None
-    error_kind: str = ""
-    error_message: str = ""
-    oversized_bytes: int = 0
+    def guest_catalog(self) -> dict[str, Any]:
+        """The data the cell installs: ``allTools``, ``convenience``, ``mcp``, ``apiFiles``."""
+
+    def search(self, query: object, options: object) -> list[dict[str, Any]]:
+        """Answers ``tools.search`` (SPEC §7.5)."""
+
+    def describe(self, tool_id: object) -> dict[str, Any]:
+        """Answers ``tools.describe`` (SPEC §8.3 item 2)."""
+
+    def resolve_call(self, method: str, args: list[object]) -> ResolvedCall:
+        """Resolves a nested call and checks its input contract (SPEC §7.6, §8.4, §8.5 item 7)."""
+
+    def project_result(self, method: str, call: ResolvedCall, outcome: ToolOutcome, inbox_bytes: int) -> object:
+        """Turns a tool outcome into the value the guest receives (SPEC §8.4 item 2, §3.5)."""
+
+    def count_call(self) -> None:
+        """Counts one nested call request in the catalog session."""
 
 
 class LegPorts(abc.ABC):
-    """The leg's view of its runtime stream and catalog."""
+    """The leg's one port: its runtime stream and its event queue.
 
-    #: The run the leg serves; set by the runner when the run exists.
-    run_id: str = ""
+    Attributes:
+        run_id: The run the leg serves; set by the runner once the run exists
+            (CancelRun and hosted settlements find legs by it).
+        events: The leg's event queue (:data:`~cellblock.server.runs.LegEvent`).
+    """
 
-    @abc.abstractmethod
-    async def next_event(self) -> tuple[str, Any]:
-        """Waits for the next runtime event.
+    def __init__(self) -> None:
+        self.run_id = ""
+        self.events: asyncio.Queue[LegEvent] = asyncio.Queue()
 
-        Returns:
-            ``("tool_result", ToolOutcome)`` or ``("cancel", reason)`` where
-            reason is ``"caller"`` or ``"scope"``.
-        """
+    # -------------------------------------------------------- runtime -> leg
+    def tool_result(self, outcome: ToolOutcome) -> None:
+        """Hands the leg a runtime's answer to a nested call."""
+        self.events.put_nowait(outcome)
 
-    @abc.abstractmethod
-    def guest_catalog(self) -> dict[str, Any]:
-        """The catalog data the cell needs: allTools, convenience, apiFiles."""
+    def cancel(self, reason: CancelReason = CancelReason.CALLER) -> None:
+        """Aborts the leg (SPEC §3.6)."""
+        self.events.put_nowait(Cancelled(reason))
 
-    @abc.abstractmethod
-    def search(self, query: Any, options: Any) -> Any:
-        """Answers ``tools.search``. Raises BridgeReplyError."""
+    def hosted_settled(self, bridge_id: str) -> None:
+        """Tells the leg that a hosted MCP call settled ``bridge_id`` on the run."""
+        self.events.put_nowait(HostedSettled(bridge_id))
 
-    @abc.abstractmethod
-    def describe(self, tool_id: Any) -> Any:
-        """Answers ``tools.describe``. Raises BridgeReplyError."""
-
-    @abc.abstractmethod
-    def resolve(self, method: str, args: list[Any]) -> dict[str, Any]:
-        """Resolves a nested call and checks its input contract.
-
-        Returns:
-            The compact entry plus ``replaySafe`` for dispatch.
-
-        Raises:
-            BridgeReplyError: Unknown/ambiguous tool, bad id type, contract.
-        """
-
+    # -------------------------------------------------------- leg -> runtime
     @abc.abstractmethod
     def dispatch(self, run: Run, request: PendingRequest) -> None:
-        """Sends a nested call to the runtime (or a hosted MCP server)."""
-
-    @abc.abstractmethod
-    def project_result(self, request: PendingRequest, outcome: ToolOutcome, inbox_bytes: int) -> Any:
-        """Turns a tool outcome into the value the guest receives.
-
-        Raises:
-            BridgeReplyError: Failure replies, oversized results, output
-                contract violations.
-        """
+        """Sends a resolved nested call to the runtime (or a hosted MCP server)."""
 
     @abc.abstractmethod
     def cancel_notice(self, nested_call_id: str) -> None:
@@ -95,7 +88,3 @@ class LegPorts(abc.ABC):
     @abc.abstractmethod
     def output(self, entry: dict[str, Any]) -> None:
         """Mirrors one accepted output entry to the runtime."""
-
-    @abc.abstractmethod
-    def count(self, kind: str) -> None:
-        """Increments the catalog session's ``search``/``describe``/``call`` counter."""

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from cellblock.server.limits import SUSPENDED_RUN_CAP
+from cellblock.server.runs._protocol import ClaimBusy, Claimed, ClaimResult, ClaimUnknown
 from cellblock.server.runs._state import Run
 from cellblock.server.store import InMemorySnapshotStore, SnapshotStore
 from cellblock.server.telemetry import end_open_tool_calls
@@ -66,21 +67,21 @@ class RunRegistry:
         """Lets another wait claim the run again (a wait that did not resume)."""
         self.claimed.discard(run.run_id)
 
-    def claim(self, run_id: str) -> Run | None | str:
+    def claim(self, run_id: str) -> ClaimResult:
         """Claims a suspended run for a wait.
 
         Returns:
-            The run; ``"busy"`` when another wait holds it; ``None`` when it is
-            unknown or expired.
+            :class:`Claimed` with the run; :class:`ClaimBusy` when another wait
+            holds it; :class:`ClaimUnknown` when it is unknown or expired.
         """
         self.sweep()
         run = self.runs.get(run_id)
         if run is None or not run.suspended:
-            return None
+            return ClaimUnknown()
         if run_id in self.claimed:
-            return "busy"
+            return ClaimBusy(run)
         self.claimed.add(run_id)
-        return run
+        return Claimed(run)
 
     def remove(self, run: Run) -> None:
         """Forgets a terminal run and frees its slot."""

@@ -5,25 +5,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-ERROR_CODES = frozenset(
-    {
-        "invalid_input",
-        "runtime_unavailable",
-        "aborted",
-        "timeout",
-        "output_limit_exceeded",
-        "snapshot_limit_exceeded",
-        "internal_error",
-    }
-)
+from cellblock.server.runs._protocol import BridgeMethod, ErrorCode, FailurePhase
+
+ERROR_CODES = frozenset(code.value for code in ErrorCode)
 """The error codes of SPEC §11.1."""
 
-FAILURE_PHASES = frozenset({"input", "guest", "bridge", "host"})
+FAILURE_PHASES = frozenset(phase.value for phase in FailurePhase)
 """The ``failurePhase`` values of SPEC §11.2."""
 
-BRIDGE_METHODS = frozenset(
-    {"search", "describe", "call", "callValue", "namespace", "yield", "timer"}
-)
+BRIDGE_METHODS = frozenset(method.value for method in BridgeMethod)
 """The bridge methods that may appear in ``pendingToolCalls``."""
 
 VISIBLE_TOOLS = ("exec", "wait")
@@ -157,8 +147,8 @@ def waiting_result(
 def failed_result(
     *,
     error: str,
-    code: str,
-    failure_phase: str,
+    code: ErrorCode | str,
+    failure_phase: FailurePhase | str,
     bridge_dispatch_started: bool,
     output: Sequence[Mapping[str, Any]],
     replay_safe: bool,
@@ -189,8 +179,8 @@ def failed_result(
     return {
         "status": "failed",
         "error": error,
-        "code": code,
-        "failurePhase": failure_phase,
+        "code": str(code),
+        "failurePhase": str(failure_phase),
         "bridgeDispatchStarted": bool(bridge_dispatch_started),
         "output": [dict(entry) for entry in output],
         "replaySafe": bool(replay_safe),
@@ -215,8 +205,8 @@ def input_failed_result(
     """
     return failed_result(
         error=message,
-        code="invalid_input",
-        failure_phase="input",
+        code=ErrorCode.INVALID_INPUT,
+        failure_phase=FailurePhase.INPUT,
         bridge_dispatch_started=False,
         output=[],
         replay_safe=replay_safe,

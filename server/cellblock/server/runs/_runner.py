@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,9 +18,20 @@ import structlog
 from cellblock.server import messages as msg
 from cellblock.server.cells import Executor, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
-from cellblock.server.runs._leg import Leg, LegOutcome, dispatch_request, failed, record_tool_outcome, reply_inbox_bytes
-from cellblock.server.runs._output import OutputBudget, compact_json
-from cellblock.server.runs._ports import LegPorts
+from cellblock.server.runs._leg import Leg
+from cellblock.server.runs._output import OutputBudget
+from cellblock.server.runs._policy import settle_yields
+from cellblock.server.runs._ports import CatalogPort, LegPorts
+from cellblock.server.runs._protocol import (
+    ClaimBusy,
+    Claimed,
+    ClaimUnknown,
+    ErrorCode,
+    FailurePhase,
+    LegOutcome,
+    RunStatus,
+    failed,
+)
 from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
 from cellblock.server.runs._state import Run, new_run_id, replay_id
@@ -28,11 +40,8 @@ from cellblock.server.telemetry import remember_exec_span
 
 log = structlog.get_logger("cellblock.runs")
 
-
-async def _fire_timer(ports: LegPorts, p: Any) -> None:
-    """Reports a suspended run's timer as due through the wait's event queue."""
-    await asyncio.sleep(max(0.0, p.due_at - time.time()))
-    await ports.events.put(("timer", p.bridge_id))  # type: ignore[attr-defined]
+#: Returns the scope's telemetry object (SPEC §12 item 1) at the time of the result.
+Telemetry = Callable[[], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -42,15 +51,15 @@ class LegReport:
     Attributes:
         result: The result object of SPEC §10.5 (key order preserved).
         status: ``completed``, ``waiting`` or ``failed``.
-        code: The error code when failed, else ``""``.
+        code: The error code when failed, else ``None``.
         run_id: The run id when waiting, else ``""``.
         run: The run, when one was created.
         cell_id: The cell that ran the leg, if any.
     """
 
     result: dict[str, Any]
-    status: str
-    code: str
+    status: RunStatus
+    code: ErrorCode | None
     run_id: str
     run: Run | None
     cell_id: str = ""
@@ -83,17 +92,27 @@ class Runner:
         turn_id: str,
         arguments_json: str,
         force_restart_safe: bool,
-        overrides: dict[str, Any],
-        view: Any,
+        overrides: dict[str, int],
+        view: CatalogPort,
         ports: LegPorts,
-        telemetry: Any,
+        telemetry: Telemetry,
     ) -> LegReport:
         """Runs an exec leg (SPEC §10.2).
 
         Args:
-            view: The scope's frozen catalog view.
-            ports: The stream and catalog connection of the leg.
-            telemetry: Callable returning the scope's telemetry dict.
+            session_id: The scope's session id.
+            agent_run_id: The scope's agent run id.
+            tool_call_id: The model's tool-call id of this exec (the parent of nested calls).
+            turn_id: The turn id, or ``""`` (part of the replay id).
+            arguments_json: The model's exec arguments, verbatim (SPEC §5.1).
+            force_restart_safe: Run as restart-safe whatever the model said.
+            overrides: Per-exec limit overrides, by camelCase limit name.
+            view: The scope's frozen catalog view; the run keeps it for all legs.
+            ports: The leg's port (the stream and its event queue).
+            telemetry: Returns the scope's telemetry object.
+
+        Returns:
+            The finished leg.
         """
         loop = asyncio.get_running_loop()
         self.registry.sweep()
@@ -129,7 +148,7 @@ class Runner:
         self.registry.add(run)
         remember_exec_span(run)
         structlog.contextvars.bind_contextvars(run_id=run.run_id)
-        return await self._run_leg(run, ports, deadline, prepared.text, telemetry)
+        return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
 
     # ------------------------------------------------------------------ wait
     async def wait(
@@ -139,57 +158,35 @@ class Runner:
         agent_run_id: str,
         arguments_json: str,
         ports: LegPorts,
-        telemetry: Any,
-        on_claim: Any = None,
+        telemetry: Telemetry,
     ) -> LegReport:
-        """Runs a wait leg (SPEC §10.6)."""
+        """Runs a wait leg (SPEC §10.6).
+
+        Args:
+            session_id: The scope's session id.
+            agent_run_id: The scope's agent run id.
+            arguments_json: The model's wait arguments, verbatim (SPEC §5.3).
+            ports: The leg's port (the stream and its event queue).
+            telemetry: Returns the scope's telemetry object.
+
+        Returns:
+            The finished leg: the run's result, ``waiting`` again, or a refusal of the wait.
+        """
         loop = asyncio.get_running_loop()
-        run_id = validate_wait(arguments_json)
-        if isinstance(run_id, InputFailure):
-            return self._input_failure(run_id.message, False, telemetry())
-        tomb = self.registry.cancelled.get(run_id)
-        if tomb is not None and tomb.session_id == session_id and tomb.agent_run_id == agent_run_id:
-            self.registry.sweep()
-            if run_id in self.registry.cancelled:
-                return LegReport(failed_result(error=msg.R07, code="aborted", failure_phase="host", bridge_dispatch_started=True, output=[], replay_safe=False, telemetry=telemetry()), "failed", "aborted", "", None)
-        claimed = self.registry.claim(run_id)
-        if claimed is None:
-            return self._input_failure(msg.W03, False, telemetry())
-        if claimed == "busy":
-            run = self.registry.runs[run_id]
-            if run.session_id != session_id:
-                return self._input_failure(msg.W04, False, telemetry())
-            if run.agent_run_id != agent_run_id:
-                return self._input_failure(msg.W05, False, telemetry())
-            return self._input_failure(msg.W06, False, telemetry())
-        assert isinstance(claimed, Run)
+        claimed = self._claim(arguments_json, session_id, agent_run_id, telemetry)
+        if isinstance(claimed, LegReport):
+            return claimed
         run = claimed
-        if run.session_id != session_id or run.agent_run_id != agent_run_id:
-            self.registry.release_claim(run)
-            return self._input_failure(msg.W04 if run.session_id != session_id else msg.W05, False, telemetry())
-        if on_claim is not None:
-            on_claim(run)
         ports.run_id = run.run_id
         structlog.contextvars.bind_contextvars(run_id=run.run_id, tool_call_id=run.tool_call_id)
         deadline = loop.time() + run.limits.timeout_ms / 1000.0
-        # Settle pending yields (SPEC §10.6 item 3).
-        for p in run.pending.values():
-            if p.method == "yield" and p.result is None:
-                reason = p.args[0] if p.args else None
-                p.result = (True, compact_json({"status": "yielded", "reason": reason}), "")
-                p.settled_at = loop.time()
+        settle_yields(run, loop.time())
+        leg = self._leg(run, ports, deadline, None)
         # Dispatch what a yield, the deadline or restart safety held back;
         # in-flight calls keep running (SPEC §10.6 item 3).
-        for p in list(run.pending.values()):
-            if p.method in ("call", "callValue", "namespace") and not p.dispatched and p.entry is not None and p.result is None:
-                if not dispatch_request(run, ports, p, self.registry.reserve_slot):
-                    return self._project(run, failed("invalid_input", msg.R01), telemetry(), [])
-        timers = [asyncio.ensure_future(_fire_timer(ports, p)) for p in run.pending.values() if p.method == "timer" and p.result is None]
-        try:
-            outcome = await self._await_results(run, ports, deadline)
-        finally:
-            for task in timers:
-                task.cancel()
+        if not leg.dispatch_held():
+            return self._project(run, failed(ErrorCode.INVALID_INPUT, msg.R01), telemetry(), [])
+        outcome = await leg.await_results()
         if outcome is not None:
             return self._project(run, outcome, telemetry(), [])
         budget_s = run.limits.min_resume_budget_ms / 1000.0
@@ -198,49 +195,40 @@ class Runner:
             run.legs += 1
             self.registry.release_claim(run)
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=run.budget.end_leg(), replay_safe=run.replay_safe, telemetry=telemetry())
-            return LegReport(result, "waiting", "", run.run_id, run)
-        return await self._run_leg(run, ports, deadline, None, telemetry)
+            return LegReport(result, RunStatus.WAITING, None, run.run_id, run)
+        return await self._run_leg(leg, telemetry)
 
-    async def _await_results(self, run: Run, ports: LegPorts, deadline: float) -> LegOutcome | None:
-        """Waits, without a cell, until the wait has something to deliver.
-
-        An ordinary run resumes as soon as one result is available; a
-        restart-safe run waits for all of its requests (it resumes once per
-        leg, SPEC §10.8 item 2). Returns a terminal outcome on abort.
-        """
-        loop = asyncio.get_running_loop()
-        budget_s = run.limits.min_resume_budget_ms / 1000.0
-
-        def ready() -> bool:
-            settled = [p.result is not None for p in run.pending.values()]
-            return all(settled) if run.restart_safe else any(settled)
-
-        while not ready():
-            remaining = deadline - loop.time() - budget_s
-            if remaining <= 0:
-                return None
-            try:
-                kind, value = await asyncio.wait_for(ports.next_event(), timeout=remaining)
-            except TimeoutError:
-                return None
-            if kind == "cancel":
-                for p in run.pending.values():
-                    if p.dispatched and p.nested_call_id and p.result is None:
-                        ports.cancel_notice(p.nested_call_id)
-                return failed("aborted", msg.R07 if value != "scope" else msg.R08)
-            if kind == "tool_result":
-                record_tool_outcome(run, ports, value, reply_inbox_bytes(run), loop.time())
-            elif kind == "timer":
-                timer = run.pending.get(value)
-                if timer is not None and timer.result is None:
-                    timer.result = (True, "null", "")
-                    timer.settled_at = loop.time()
-        return None
+    def _claim(self, arguments_json: str, session_id: str, agent_run_id: str, telemetry: Telemetry) -> Run | LegReport:
+        """Claims the wait's run for the scope (SPEC §10.6 items 1-2), or the refusal's report."""
+        run_id = validate_wait(arguments_json)
+        if isinstance(run_id, InputFailure):
+            return self._input_failure(run_id.message, False, telemetry())
+        tomb = self.registry.cancelled.get(run_id)
+        if tomb is not None and tomb.session_id == session_id and tomb.agent_run_id == agent_run_id:
+            self.registry.sweep()
+            if run_id in self.registry.cancelled:
+                result = failed_result(error=msg.R07, code=ErrorCode.ABORTED, failure_phase=FailurePhase.HOST, bridge_dispatch_started=True, output=[], replay_safe=False, telemetry=telemetry())
+                return LegReport(result, RunStatus.FAILED, ErrorCode.ABORTED, "", None)
+        match self.registry.claim(run_id):
+            case ClaimUnknown():
+                return self._input_failure(msg.W03, False, telemetry())
+            case ClaimBusy(run=busy):
+                if busy.session_id != session_id:
+                    return self._input_failure(msg.W04, False, telemetry())
+                if busy.agent_run_id != agent_run_id:
+                    return self._input_failure(msg.W05, False, telemetry())
+                return self._input_failure(msg.W06, False, telemetry())
+            case Claimed(run=run):
+                pass
+        if run.session_id != session_id or run.agent_run_id != agent_run_id:
+            self.registry.release_claim(run)
+            return self._input_failure(msg.W04 if run.session_id != session_id else msg.W05, False, telemetry())
+        return run
 
     # ------------------------------------------------------------------ legs
-    async def _run_leg(self, run: Run, ports: LegPorts, deadline: float, source: str | None, telemetry: Any) -> LegReport:
+    def _leg(self, run: Run, ports: LegPorts, deadline: float, source: str | None) -> Leg:
         ports.run_id = run.run_id
-        leg = Leg(
+        return Leg(
             run,
             self.executor,
             ports,
@@ -251,36 +239,40 @@ class Runner:
             snapshots=self.registry.store,
             pool=self.pool,
         )
+
+    async def _run_leg(self, leg: Leg, telemetry: Telemetry) -> LegReport:
+        run = leg.run_
         started = time.monotonic()
         try:
             outcome = await leg.run()
         except Exception as exc:  # noqa: BLE001 - a service fault ends the run
             log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
-            outcome = failed("internal_error", "internal error: the service failed while running this leg.")
-        log.debug("leg.ended", run_id=run.run_id, status=outcome.status, code=outcome.code, seconds=round(time.monotonic() - started, 3))
+            outcome = failed(ErrorCode.INTERNAL_ERROR, "internal error: the service failed while running this leg.")
+        log.debug("leg.ended", run_id=run.run_id, status=outcome.status, code=outcome.code or "", seconds=round(time.monotonic() - started, 3))
         return self._project(run, outcome, telemetry(), leg.accepted_output)
 
     def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
         budget = run.budget
-        if outcome.status == "completed":
+        if outcome.status is RunStatus.COMPLETED:
             output = accepted + budget.end_leg()
             value = budget.final_value(outcome.value)
             self.registry.remove(run)
-            return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), "completed", "", "", run, outcome.cell_id)
-        if outcome.status == "waiting":
+            return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
+        if outcome.status is RunStatus.WAITING:
             output = accepted + budget.end_leg()
             self.registry.park(run, run.limits.snapshot_ttl_seconds)
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=output, replay_safe=run.replay_safe, telemetry=tele)
-            return LegReport(result, "waiting", "", run.run_id, run, outcome.cell_id)
+            return LegReport(result, RunStatus.WAITING, None, run.run_id, run, outcome.cell_id)
         output = accepted + budget.end_leg()
         error = budget.final_error(outcome.message)
-        if outcome.code == "aborted":
+        code = outcome.code or ErrorCode.INTERNAL_ERROR
+        if code is ErrorCode.ABORTED:
             self.registry.cancel(run)
         else:
             self.registry.remove(run)
-        result = failed_result(error=error, code=outcome.code, failure_phase=outcome.phase or "host", bridge_dispatch_started=run.dispatch_started, output=output, replay_safe=run.replay_safe, telemetry=tele)
-        return LegReport(result, "failed", outcome.code, "", run, outcome.cell_id)
+        result = failed_result(error=error, code=code, failure_phase=outcome.phase, bridge_dispatch_started=run.dispatch_started, output=output, replay_safe=run.replay_safe, telemetry=tele)
+        return LegReport(result, RunStatus.FAILED, code, "", run, outcome.cell_id)
 
     def _input_failure(self, message: str, restart_safe: bool, tele: dict[str, Any]) -> LegReport:
-        result = failed_result(error=message, code="invalid_input", failure_phase="input", bridge_dispatch_started=False, output=[], replay_safe=restart_safe, telemetry=tele)
-        return LegReport(result, "failed", "invalid_input", "", None)
+        result = failed_result(error=message, code=ErrorCode.INVALID_INPUT, failure_phase=FailurePhase.INPUT, bridge_dispatch_started=False, output=[], replay_safe=restart_safe, telemetry=tele)
+        return LegReport(result, RunStatus.FAILED, ErrorCode.INVALID_INPUT, "", None)

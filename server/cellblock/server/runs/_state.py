@@ -8,9 +8,16 @@ import re
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
+from cellblock.server.config import Limits
 from cellblock.server.runs._output import OutputBudget
+from cellblock.server.runs._protocol import BridgeMethod, Provenance, ResolvedCall, Settlement
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, SpanContext
+
+    from cellblock.server.runs._ports import CatalogPort
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
@@ -45,21 +52,23 @@ class PendingRequest:
     Attributes:
         bridge_id: ``bridge:<method>:<n>``.
         method: The bridge method.
+        args: The request's JSON arguments.
         nested_call_id: Set once a nested call was dispatched for it.
-        entry: The resolved compact catalog entry for nested calls.
+        call: The resolved nested call (nested methods, once resolved).
+        replay_safe: Whether the request may be replayed (SPEC §10.8 item 1).
         dispatched: Whether the request went out (or was scheduled).
-        result: A settlement not yet delivered: ``(ok, payload, code)``.
+        result: A settlement not yet delivered.
         settled_at: Monotonic time the settlement arrived (completion order).
     """
 
     bridge_id: str
-    method: str
-    args: list[Any] = field(default_factory=list)
+    method: BridgeMethod
+    args: list[object] = field(default_factory=list)
     nested_call_id: str = ""
-    entry: dict[str, Any] | None = None
+    call: ResolvedCall | None = None
     replay_safe: bool = False
     dispatched: bool = False
-    result: tuple[bool, str, str] | None = None
+    result: Settlement | None = None
     settled_at: float = 0.0
     #: Wall-clock due time of a timer (``time.time()`` seconds); timers keep it across suspension.
     due_at: float = 0.0
@@ -79,9 +88,9 @@ class Run:
     tool_call_id: str
     turn_id: str
     replay_id: str
-    limits: Any
+    limits: Limits
     restart_safe: bool
-    view: Any
+    view: CatalogPort
     budget: OutputBudget
     created_at: float = field(default_factory=time.time)
     expires_at: float = 0.0
@@ -96,21 +105,21 @@ class Run:
     snapshot_bytes: int = 0
     pending: dict[str, PendingRequest] = field(default_factory=dict)
     #: bridge id -> "input" or "internal", for every rejection delivered.
-    provenance: dict[str, str] = field(default_factory=dict)
+    provenance: dict[str, Provenance] = field(default_factory=dict)
     #: Requests the controller refused in floods: ``(method, first n, last n, provenance)``.
     #: One range per run of consecutive refused ids, so a flood costs no per-id state.
-    refused_ranges: list[tuple[str, int, int, str]] = field(default_factory=list)
+    refused_ranges: list[tuple[str, int, int, Provenance]] = field(default_factory=list)
     seen_bridge_ids: set[str] = field(default_factory=set)
     holds_slot: bool = False
     cancelled: bool = False
     engine_build_id: str = ""
     #: The Exec RPC span's context (an ``opentelemetry.trace.SpanContext``):
     #: the parent of every ``bridge.tool_call`` span of the run, in every leg.
-    exec_span_context: Any = None
+    exec_span_context: SpanContext | None = None
     #: Open ``bridge.tool_call`` spans by nested call id: ``(span, monotonic dispatch time)``.
-    tool_spans: dict[str, tuple[Any, float]] = field(default_factory=dict)
+    tool_spans: dict[str, tuple[Span, float]] = field(default_factory=dict)
 
-    def provenance_of(self, bridge_id: str) -> str | None:
+    def provenance_of(self, bridge_id: str) -> Provenance | None:
         """The recorded provenance of a delivered rejection, or ``None`` (SPEC §8.2 item 6)."""
         known = self.provenance.get(bridge_id)
         if known is not None:
@@ -123,6 +132,7 @@ class Run:
         return None
 
     def next_nested_call_id(self) -> str:
+        """Numbers the run's next nested call (SPEC §3.5 item 3)."""
         self.nested_calls += 1
         return nested_call_id(self.tool_call_id, self.replay_id, self.nested_calls)
 
@@ -133,4 +143,4 @@ class Run:
 
     def pending_list(self) -> list[dict[str, str]]:
         """The ``pendingToolCalls`` of a waiting result, in request order."""
-        return [{"id": p.bridge_id, "method": p.method} for p in self.pending.values()]
+        return [{"id": p.bridge_id, "method": p.method.value} for p in self.pending.values()]

@@ -84,7 +84,7 @@ def start_tool_call(run: Run, p: PendingRequest) -> None:
         parent = current
     in_exec_leg = _exec_leg_of.get() == run.run_id
     links = [Link(current)] if current.is_valid and not in_exec_leg and current.span_id != parent.span_id else []
-    entry = (p.entry or {}).get("entry")
+    entry = p.call.entry if p.call is not None else None
     attributes: dict[str, Any] = {
         attr.RUN_ID: run.run_id,
         attr.SESSION_ID: run.session_id,

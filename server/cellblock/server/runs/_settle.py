@@ -1,0 +1,174 @@
+"""The one settle loop of a leg: runtime events, timers, held-call dispatch and abandon.
+
+A leg settles its run's bridge requests in two places: in the cell (the
+:class:`~cellblock.server.runs._leg.Leg`) and, at the start of a wait, before any cell
+exists (SPEC §10.6 item 3: a wait resumes only once it has something to deliver).
+Both are this class: :meth:`SettleLoop.await_results` is the cell-free part and the leg
+subclass adds the cell. They read one queue (the port's), so an event that arrives while
+the wait has no cell is still there when the cell starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+
+import structlog
+from structlog.typing import FilteringBoundLogger
+
+from cellblock.server import messages as msg
+from cellblock.server.runs._policy import dispatch_request, dispatchable, record_tool_outcome
+from cellblock.server.runs._ports import LegPorts
+from cellblock.server.runs._protocol import (
+    TIMER_FIRED,
+    BridgeMethod,
+    Cancelled,
+    CancelReason,
+    ErrorCode,
+    HostedSettled,
+    LegEvent,
+    LegOutcome,
+    TimerDue,
+    ToolOutcome,
+    failed,
+)
+from cellblock.server.runs._state import PendingRequest, Run
+
+log = structlog.get_logger("cellblock.leg")
+
+
+class SettleLoop:
+    """Settles one run's requests during one leg.
+
+    Args:
+        run: The run (state persists across legs).
+        ports: The leg's port; its queue carries every event of the leg.
+        deadline: Absolute ``loop.time()`` of the leg's deadline.
+        reserve_slot: Called before the run's first dispatch or suspension;
+            returns False when no suspended-run slot is free (SPEC §10.7).
+    """
+
+    def __init__(self, run: Run, ports: LegPorts, *, deadline: float, reserve_slot: Callable[[Run], bool]) -> None:
+        self.run_ = run
+        self.ports = ports
+        self.deadline = deadline
+        self._reserve_slot = reserve_slot
+        self._tasks: list[asyncio.Future[object]] = []
+        self._log: FilteringBoundLogger = log.bind(run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id, tool_call_id=run.tool_call_id)
+
+    # ------------------------------------------------------------ tasks
+    def _spawn(self, coro: Coroutine[object, object, object]) -> asyncio.Future[object]:
+        task: asyncio.Future[object] = asyncio.ensure_future(coro)
+        self._tasks.append(task)
+        return task
+
+    def _cancel_tasks(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+
+    def arm_timer(self, p: PendingRequest) -> asyncio.Future[object]:
+        """Puts :class:`TimerDue` on the queue when the timer ``p`` is due (its wall-clock ``due_at``)."""
+        delay = max(0.0, p.due_at - time.time())
+
+        async def fire() -> None:
+            await asyncio.sleep(delay)
+            await self.ports.events.put(TimerDue(p.bridge_id))
+
+        return self._spawn(fire())
+
+    def unsettled_timers(self) -> list[PendingRequest]:
+        """Timers of the run that have not fired (they keep their due time across legs)."""
+        return [p for p in self.run_.pending.values() if p.method is BridgeMethod.TIMER and p.result is None]
+
+    # ------------------------------------------------------------ dispatch and abandon
+    def dispatch(self, p: PendingRequest) -> bool:
+        """Dispatches one resolved nested call; False when no suspended-run slot was free."""
+        return dispatch_request(self.run_, self.ports, p, self._reserve_slot)
+
+    def dispatch_held(self) -> bool:
+        """Dispatches what a yield, the deadline or restart safety held back (SPEC §10.6 item 3).
+
+        Returns:
+            False when a call could not get a suspended-run slot (the run fails with [R01]).
+        """
+        return all(self.dispatch(p) for p in list(self.run_.pending.values()) if dispatchable(p))
+
+    def abandon_dispatched(self) -> None:
+        """Tells the runtime about every dispatched call that has no result (SPEC §3.6)."""
+        for p in self.run_.pending.values():
+            if p.dispatched and p.nested_call_id and p.result is None:
+                self._log.info("tool_call.abandoned", bridge_id=p.bridge_id, nested_call_id=p.nested_call_id)
+                self.ports.cancel_notice(p.nested_call_id)
+
+    # ------------------------------------------------------------ runtime events
+    def on_settled(self, p: PendingRequest) -> None:
+        """Called when ``p`` has a settlement; the leg delivers it, a cell-free wait keeps it."""
+
+    def on_runtime_event(self, event: LegEvent, now: float) -> LegOutcome | None:
+        """Handles the events that need no cell: cancel, tool results, timers, hosted settlements.
+
+        Returns:
+            The aborted outcome on :class:`Cancelled`, else ``None``.
+        """
+        match event:
+            case Cancelled(reason=reason):
+                self.abandon_dispatched()
+                return failed(ErrorCode.ABORTED, msg.R08 if reason is CancelReason.SCOPE else msg.R07)
+            case ToolOutcome():
+                settled = record_tool_outcome(self.run_, event, now)
+                if settled is not None:
+                    self.on_settled(settled)
+            case TimerDue(bridge_id=bridge_id):
+                timer = self.run_.pending.get(bridge_id)
+                if timer is not None and timer.result is None:
+                    timer.result = TIMER_FIRED
+                    timer.settled_at = now
+                    self.on_settled(timer)
+            case HostedSettled(bridge_id=bridge_id):
+                # A cellblock-hosted MCP call already recorded its result on the run.
+                hosted = self.run_.pending.get(bridge_id)
+                if hosted is not None and hosted.result is not None:
+                    self.on_settled(hosted)
+        return None
+
+    # ------------------------------------------------------------ the cell-free part of a wait
+    def ready_to_resume(self) -> bool:
+        """Whether the wait has something to deliver.
+
+        An ordinary run resumes once one result is available; a restart-safe run once all of
+        its requests have one (it resumes once per leg, SPEC §10.8 item 2).
+        """
+        settled = [p.result is not None for p in self.run_.pending.values()]
+        return all(settled) if self.run_.restart_safe else any(settled)
+
+    async def await_results(self) -> LegOutcome | None:
+        """Waits, without a cell, until the wait has something to deliver (SPEC §10.6 item 3).
+
+        Gives up ``min_resume_budget_ms`` before the deadline. Timers armed here are
+        cancelled on return (the leg arms its own).
+
+        Returns:
+            The aborted outcome when the leg was cancelled, else ``None``.
+        """
+        loop = asyncio.get_running_loop()
+        budget_s = self.run_.limits.min_resume_budget_ms / 1000.0
+        timers = [self.arm_timer(p) for p in self.unsettled_timers()]
+        try:
+            while not self.ready_to_resume():
+                remaining = self.deadline - loop.time() - budget_s
+                if remaining <= 0:
+                    return None
+                try:
+                    event = await asyncio.wait_for(self.ports.events.get(), timeout=remaining)
+                except TimeoutError:
+                    return None
+                outcome = self.on_runtime_event(event, loop.time())
+                if outcome is not None:
+                    return outcome
+            return None
+        finally:
+            for task in timers:
+                task.cancel()
+            self._tasks = [t for t in self._tasks if t not in timers]
+
