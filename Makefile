@@ -98,6 +98,10 @@ lint: pydeps npm-deps ## ruff (with C901, Google docstrings), mypy --strict, imp
 test: setup ## Run the test suite (after setup): unit, integration (real Docker cells), interop (Node client)
 	TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q
 
+.PHONY: test-fast
+test-fast: pydeps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -m "not docker and not k8s"
+
 .PHONY: demo
 demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m examples.demo

@@ -25,7 +25,8 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import CellBridge, ProcessExecutor
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+# Substitute guests through the process executor: no Docker needed.
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.process]
 SUPPORT = str(Path(__file__).resolve().parents[1] / "support")
 
 
