@@ -38,6 +38,7 @@ from tests.support.frontdoor import (
     ROOT,
     FrontDoorEnv,
     check_report,
+    free_port,
     grpc_surface,
     model_json,
     programs_json,
@@ -340,4 +341,36 @@ async def test_sigterm_ends_a_stdio_front_door_with_its_client_still_attached(tm
             await proc.wait()
     closed = [json.loads(line) for line in (tmp_path / "stderr.log").read_text().splitlines() if '"frontdoor.session_closed"' in line]
     assert [c["discarded_runs"] for c in closed] == [1], closed
+    door.assert_nothing_left()
+
+
+async def test_sigterm_ends_an_http_front_door_with_a_client_still_connected(tmp_path: Path) -> None:
+    """An HTTP client holds its session (and its standing GET stream) open, a leg in flight: SIGTERM still ends it all."""
+    door = FrontDoorEnv.make(tmp_path)
+    port = free_port()
+    proc = door.start_http(port, log_path=tmp_path / "stderr.log")
+    client = Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=60)
+    try:
+        await client.__aenter__()
+        parked = json.loads((await client.call_tool("exec", {"code": "await yield_control(); return 1"})).content[0].text)
+        assert parked["status"] == "waiting", parked
+        progress = _Progress()
+        started_seen = progress.expect("started")
+        call = asyncio.ensure_future(client.call_tool("exec", {"code": CANCELLED_EXEC}, progress_callback=progress))
+        await asyncio.wait_for(started_seen.wait(), timeout=60)
+        started = time.monotonic()
+        proc.terminate()
+        returncode = await asyncio.get_running_loop().run_in_executor(None, proc.wait, 30)
+        print(f"SIGTERM to exit: {time.monotonic() - started:.2f}s")
+        assert returncode == 0
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(call, timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(BaseException):
+            await client.__aexit__(None, None, None)
+    closed = [json.loads(line) for line in (tmp_path / "stderr.log").read_text().splitlines() if '"frontdoor.session_closed"' in line]
+    assert [(c["reason"], c["aborted_legs"], c["discarded_runs"]) for c in closed] == [("front door stopped", 1, 1)], closed
     door.assert_nothing_left()

@@ -32,6 +32,10 @@ log = structlog.get_logger("cellblock.frontdoor")
 DEFAULT_SESSION_IDLE_S = 30 * 60.0
 
 
+#: Seconds uvicorn waits at shutdown for open HTTP connections (a connected client's standing GET
+#: stream never closes on its own, and the SDK's sessions end only after it) before cancelling them.
+SHUTDOWN_GRACE_S = 3
+
 #: Longest stdio message (one JSON-RPC line) in bytes, as the gRPC API's message cap; a longer one ends the connection.
 MAX_STDIO_LINE_BYTES = 64 * 1024 * 1024
 
@@ -143,7 +147,9 @@ async def serve_http(
     """
     door = FrontDoor(client, http_session, model_id=model_id, handshake_only=True)
     app = door.server.streamable_http_app(streamable_http_path=path, host=host, session_idle_timeout=session_idle_seconds)
-    config = uvicorn.Config(_SessionEnds(app, door), host=host, port=port, lifespan="on", log_config=None, access_log=False)
+    config = uvicorn.Config(
+        _SessionEnds(app, door), host=host, port=port, lifespan="on", log_config=None, access_log=False, timeout_graceful_shutdown=SHUTDOWN_GRACE_S
+    )
     server = _Uvicorn(config)
     stop = stop or asyncio.Event()
 
@@ -154,6 +160,9 @@ async def serve_http(
 
     async def stopper() -> None:
         await stop.wait()
+        # Sessions first (SPEC §3.7 item 8): their legs end aborted, so calls in flight get their answers
+        # before uvicorn stops waiting for connections.
+        await door.sessions.close_all("front door stopped")
         server.should_exit = True
 
     tasks: list[asyncio.Task[Any]] = [asyncio.ensure_future(sweep()), asyncio.ensure_future(stopper())]
