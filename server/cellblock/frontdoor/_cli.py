@@ -35,6 +35,17 @@ __all__ = ["build_parser", "main", "run_front_door"]
 log = structlog.get_logger("cellblock.frontdoor")
 
 
+def _positive_seconds(text: str) -> float:
+    """``--session-idle``: a positive, finite number of seconds (the SDK refuses others with a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive, finite number of seconds: {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``cellblock`` command line: ``cellblock mcp ...`` and ``cellblock serve``."""
     parser = argparse.ArgumentParser(prog="cellblock", description="cellblock: code mode in locked-down cells.")
@@ -50,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--port", type=int, default=8765, help="HTTP listen port (default 8765)")
     mcp.add_argument("--path", default="/mcp", help="HTTP endpoint path (default /mcp)")
     mcp.add_argument("--model", default="", help="model id for GetToolSurface (default: none; code mode must be enabled)")
-    mcp.add_argument("--session-idle", type=float, default=DEFAULT_SESSION_IDLE_S, help="seconds before an idle HTTP session ends")
+    mcp.add_argument("--session-idle", type=_positive_seconds, default=DEFAULT_SESSION_IDLE_S, help="seconds before an idle HTTP session ends")
     where = mcp.add_mutually_exclusive_group()
     where.add_argument("--connect", metavar="ADDRESS", help="front a running cellblock service instead of starting one")
     where.add_argument("--also-grpc", metavar="ADDRESS", help="also serve the in-process service's gRPC API on ADDRESS")

@@ -56,6 +56,14 @@ def test_the_command_line() -> None:
     assert (args.transport, args.port, args.also_grpc, args.connect, args.path) == ("http", 9000, "127.0.0.1:50051", None, "/mcp")
     with pytest.raises(SystemExit):
         parser.parse_args(["mcp", "--connect", "127.0.0.1:1", "--also-grpc", "127.0.0.1:2"])
+    assert parser.parse_args(["mcp", "--session-idle", "1.5"]).session_idle == 1.5
+
+
+@pytest.mark.parametrize("idle", ["0", "-5", "inf", "nan", "soon"])
+def test_a_session_idle_time_that_is_not_positive_is_a_usage_error(idle: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["mcp", "--session-idle", idle])
+    assert exited.value.code == 2
 
 
 def test_the_console_script_names_the_entry_point() -> None:
