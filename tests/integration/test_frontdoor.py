@@ -374,3 +374,36 @@ async def test_sigterm_ends_an_http_front_door_with_a_client_still_connected(tmp
     closed = [json.loads(line) for line in (tmp_path / "stderr.log").read_text().splitlines() if '"frontdoor.session_closed"' in line]
     assert [(c["reason"], c["aborted_legs"], c["discarded_runs"]) for c in closed] == [("front door stopped", 1, 1)], closed
     door.assert_nothing_left()
+
+
+async def test_a_stdio_client_that_dies_mid_leg_ends_the_front_door_cleanly(tmp_path: Path) -> None:
+    """Both pipes close while a leg runs (the client process died): its leg is aborted, the exit is clean."""
+    door = FrontDoorEnv.make(tmp_path)
+    with (tmp_path / "stderr.log").open("wb") as errlog:
+        proc = await asyncio.create_subprocess_exec(*door.command(), env=door.env, cwd=str(ROOT), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=errlog)
+    assert proc.stdin is not None and proc.stdout is not None
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "exec", "_meta": {"progressToken": 1}, "arguments": {"code": "console.log('started'); await new Promise((r) => setTimeout(r, 8000)); return 1"}}},
+    ]
+    try:
+        proc.stdin.write(json.dumps(messages[0]).encode() + b"\n")
+        assert b'"serverInfo"' in await asyncio.wait_for(proc.stdout.readline(), timeout=60)
+        proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in messages[1:]))
+        await proc.stdin.drain()
+        log = tmp_path / "stderr.log"
+        while b"notifications/progress" not in await asyncio.wait_for(proc.stdout.readline(), timeout=60):
+            pass
+        proc.stdin.close()
+        proc._transport.get_pipe_transport(1).close()  # type: ignore[attr-defined]  # the client's read end goes too
+        assert await asyncio.wait_for(proc.wait(), timeout=30) == 0, log.read_text()[-3000:]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = (tmp_path / "stderr.log").read_text()
+    assert "Traceback" not in text, text[-3000:]
+    closed = [json.loads(line) for line in text.splitlines() if '"frontdoor.session_closed"' in line]
+    assert [(c["reason"], c["aborted_legs"]) for c in closed] == [("stdio closed", 1)], closed
+    door.assert_nothing_left()

@@ -87,6 +87,9 @@ async def serve_stdio(client: CellblockClient, *, model_id: str = "") -> None:
         async with _claimed_stdin() as lines, stdio_server(stdin=cast("Any", lines)) as (read_stream, write_stream):
             log.info("frontdoor.listening", transport="stdio")
             await door.server.run(read_stream, write_stream, door.server.create_initialization_options())
+    except* (BrokenPipeError, ConnectionResetError):
+        # The client is gone (it closed stdout, e.g. it died mid-leg): the ordinary end of a stdio server.
+        log.info("frontdoor.stdio_client_gone")
     finally:
         await door.sessions.close_all("stdio closed")
 
