@@ -1,0 +1,431 @@
+"""Conformance CLI of the Python client: runs one scenario, prints one JSON object.
+
+Usage::
+
+    PYTHONPATH=proto:client python clients/python/conformance.py <scenario> <address> [--spec FILE]
+
+The scenarios, the tool handlers and the shape of the printed observations are
+described in clients/README.md ("Conformance table"); the TypeScript and Go
+CLIs implement the same list, and tests/integration/test_client_conformance.py
+compares the three outputs. Exit codes: 0 observations printed, 1 the scenario
+could not run (message on stderr), 2 bad usage.
+
+The scenario logic uses the public `cellblock.client` API. Two observations
+need messages the client never sends on purpose (a stream whose first message
+is not its start, a ``Cancel`` mid-leg); for those the CLI uses the generated
+stubs of proto/ directly, as any runtime written against the protos would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import logging
+
+import grpc
+import grpc.aio
+
+from cellblock.client import (
+    CellblockClient,
+    LimitOverrides,
+    OutputEntry,
+    RPCError,
+    RunResult,
+    Scope,
+    ToolCallInfo,
+    ToolRefused,
+)
+from cellblock.v1 import code_mode_service_pb2, code_mode_service_pb2_grpc, common_pb2
+
+DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "conformance" / "scenarios.json"
+_CODES = {
+    code_mode_service_pb2.ERROR_CODE_UNSPECIFIED: "",
+    code_mode_service_pb2.ERROR_CODE_INVALID_INPUT: "invalid_input",
+    code_mode_service_pb2.ERROR_CODE_RUNTIME_UNAVAILABLE: "runtime_unavailable",
+    code_mode_service_pb2.ERROR_CODE_ABORTED: "aborted",
+    code_mode_service_pb2.ERROR_CODE_TIMEOUT: "timeout",
+    code_mode_service_pb2.ERROR_CODE_OUTPUT_LIMIT_EXCEEDED: "output_limit_exceeded",
+    code_mode_service_pb2.ERROR_CODE_SNAPSHOT_LIMIT_EXCEEDED: "snapshot_limit_exceeded",
+    code_mode_service_pb2.ERROR_CODE_INTERNAL_ERROR: "internal_error",
+}
+_STATUSES = {
+    code_mode_service_pb2.RUN_STATUS_COMPLETED: "completed",
+    code_mode_service_pb2.RUN_STATUS_WAITING: "waiting",
+    code_mode_service_pb2.RUN_STATUS_FAILED: "failed",
+}
+_SOURCES = {common_pb2.TOOL_SOURCE_HOST: "host", common_pb2.TOOL_SOURCE_MCP: "mcp", common_pb2.TOOL_SOURCE_CLIENT: "client"}
+_METHODS = {
+    code_mode_service_pb2.NESTED_CALL_METHOD_CALL: "call",
+    code_mode_service_pb2.NESTED_CALL_METHOD_CALL_VALUE: "callValue",
+    code_mode_service_pb2.NESTED_CALL_METHOD_NAMESPACE: "namespace",
+}
+Handler = Callable[[dict[str, Any], ToolCallInfo], Awaitable[Any]]
+
+
+class Scenario:
+    """The state of one scenario run: scope, catalog, recorded calls and output."""
+
+    def __init__(self, client: CellblockClient, address: str, spec: dict[str, Any], name: str) -> None:
+        self.client = client
+        self.address = address
+        self.spec = spec
+        self.name = name
+        self.scope = Scope(session_id=f"conf-python-{os.getpid()}", agent_run_id=name)
+        self.exec_id = f"call-{name}"
+        self.calls: list[dict[str, Any]] = []
+        self.streamed: list[dict[str, Any]] = []
+        self.slow_release = asyncio.Event()
+
+    @property
+    def program(self) -> str:
+        return str(self.spec["programs"][self.name])
+
+    async def register(self, scope: Scope | None = None) -> dict[str, Any]:
+        catalog = await self.client.put_catalog(scope or self.scope, self.spec["tools"])
+        return {"ids": [e.id for e in catalog.entries], "catalogSize": catalog.telemetry.catalog_size}
+
+    def record(self, call: ToolCallInfo, tool_input: dict[str, Any]) -> None:
+        """Appends the observation of one ToolCall (clients/README.md `calls`)."""
+        self.calls.append({
+            "catalogId": call.catalog_id,
+            "source": call.source,
+            "owner": call.owner,
+            "name": call.name,
+            "method": call.method,
+            "input": tool_input,
+            "n": int(call.nested_call_id.rsplit("_", 1)[-1]),
+            "idsWellFormed": ids_well_formed(self.exec_id, call.nested_call_id, call.replay_id, call.run_id, call.parent_tool_call_id),
+        })
+
+    def on_output(self, entry: OutputEntry) -> None:
+        self.streamed.append({"type": "text", "text": entry.text} if entry.type == "text" else {"type": entry.type, "value": entry.value})
+
+    def handlers(self, **overrides: Handler) -> dict[str, Handler]:
+        """The shared tool handlers (clients/README.md), recording every call."""
+
+        async def echo(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            return {"content": [{"type": "text", "text": "echo"}], "details": {"echo": tool_input}}
+
+        async def boom(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            raise RuntimeError(f"boom {tool_input.get('n')}")
+
+        async def refuse(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            raise ToolRefused("invalid_input", f"n must be positive, got {tool_input.get('n')}")
+
+        async def blocked(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            raise ToolRefused("blocked", "needs approval")
+
+        async def cancelled(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            raise ToolRefused("cancelled", "operator cancelled")
+
+        async def silent(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            raise ToolRefused("failed", "")
+
+        async def huge(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            return {"details": {"blob": "x" * int(tool_input.get("bytes", 0))}}
+
+        async def slow(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            await self.slow_release.wait()
+            return {"details": {"answer": f"late-{tool_input.get('i')}"}}
+
+        async def lookup(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+            key = tool_input.get("key")
+            return {"details": {"value": 42 if key == "bad-shape" else f"v-{key}"}}
+
+        table: dict[str, Handler] = {
+            "echo": echo, "boom": boom, "refuse": refuse, "blocked": blocked, "cancelled": cancelled,
+            "silent": silent, "huge": huge, "slow": slow, "lookup": lookup, **overrides,
+        }
+
+        def recording(handler: Handler) -> Handler:
+            async def run(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+                self.record(call, tool_input)
+                return await handler(tool_input, call)
+            return run
+
+        # `unserved` has no handler: the client answers it with its missing-handler refusal.
+        return {name: recording(h) for name, h in table.items()}
+
+    async def exec(self, handlers: dict[str, Handler], limits: LimitOverrides | None = None) -> RunResult:
+        return await self.client.exec(self.scope, tool_call_id=self.exec_id, code=self.program, handlers=handlers, limits=limits, on_output=self.on_output)
+
+    async def wait(self, run_id: str, handlers: dict[str, Handler] | None = None) -> RunResult:
+        return await self.client.wait(self.scope, tool_call_id=f"{self.exec_id}-wait", run_id=run_id, handlers=handlers or {}, on_output=self.on_output)
+
+
+def ids_well_formed(exec_id: str, nested_id: str, replay_id: str, run_id: str, parent_id: str) -> bool:
+    """Whether a ToolCall's ids follow SPEC §3.5 items 2-3 for the run's exec id."""
+    prefix = re.sub(r"[^A-Za-z0-9_-]", "_", exec_id)[:48]
+    return (
+        parent_id == exec_id
+        and re.fullmatch(r"replay_[0-9a-f]{24}", replay_id) is not None
+        and re.fullmatch(r"run_[0-9a-f]{32}", run_id) is not None
+        and re.fullmatch(rf"cellblock_{re.escape(prefix)}_{replay_id[7:15]}_[1-9][0-9]*", nested_id) is not None
+    )
+
+
+def leg(result: RunResult) -> dict[str, Any]:
+    """The observation of one leg's Result (clients/README.md `leg`)."""
+    body = json.loads(result.raw_json)
+    if "runId" in body:
+        body["runId"] = "<run>"
+    if isinstance(body.get("telemetry"), dict) and "counterScope" in body["telemetry"]:
+        body["telemetry"]["counterScope"] = "<scope>"
+    calls = result.metadata.bridge_calls
+    return {
+        "result": body,
+        "status": result.status,
+        "code": result.code or "",
+        "runIdSet": bool(result.run_id),
+        "legCount": result.metadata.leg_count,
+        "bridgeCalls": {"search": calls.search, "describe": calls.describe, "call": calls.call},
+    }
+
+
+def status_of(exc: RPCError) -> dict[str, str]:
+    return {"code": exc.status.name, "message": exc.message}
+
+
+async def status_of_call(call: Awaitable[Any]) -> dict[str, str]:
+    try:
+        await call
+    except RPCError as exc:
+        return status_of(exc)
+    return {"code": "OK", "message": ""}
+
+
+# ---------------------------------------------------------------------------
+# Scenarios
+
+
+async def main_job(s: Scenario) -> dict[str, Any]:
+    catalog = await s.register()
+    surface = await s.client.tool_surface(s.scope)
+    result = await s.exec(s.handlers())
+    return {
+        "catalog": catalog,
+        "surface": {
+            "engaged": surface.code_mode_engaged,
+            "names": [t.name for t in surface.tools],
+            "execParameters": surface.tools[0].parameters,
+            "descriptionBytes": [len(t.description.encode("utf-8")) for t in surface.tools],
+        },
+        "leg": leg(result),
+        "calls": s.calls,
+        "streamed": s.streamed,
+    }
+
+
+async def tool_errors(s: Scenario) -> dict[str, Any]:
+    await s.register()
+    result = await s.exec(s.handlers(), LimitOverrides(max_snapshot_bytes=65536))
+    return {"leg": leg(result), "calls": s.calls}
+
+
+async def uncaught_refusal(s: Scenario) -> dict[str, Any]:
+    await s.register()
+    return {"leg": leg(await s.exec(s.handlers())), "calls": s.calls}
+
+
+async def output_stream(s: Scenario) -> dict[str, Any]:
+    await s.register()
+    return {"leg": leg(await s.exec(s.handlers())), "streamed": s.streamed}
+
+
+async def suspend_resume(s: Scenario) -> dict[str, Any]:
+    await s.register()
+    handlers = s.handlers()
+    first = await s.exec(handlers, LimitOverrides(timeout_ms=3000))
+    assert first.run_id, first.raw_json
+    run = await s.client.get_run(s.scope, first.run_id)
+    s.slow_release.set()  # the late result goes out on the wait stream
+    second = await s.wait(first.run_id, handlers)
+    return {
+        "first": leg(first),
+        "run": {
+            "state": run.state,
+            "snapshotStored": run.snapshot_bytes > 0,
+            "expires": run.expire_time is not None,
+            "pending": [{"id": p.id, "method": p.method, "dispatched": bool(p.nested_call_id)} for p in run.pending_tool_calls],
+        },
+        "second": leg(second),
+        "calls": s.calls,
+        "streamed": s.streamed,
+    }
+
+
+async def yield_resume(s: Scenario) -> dict[str, Any]:
+    await s.register()
+    first = await s.exec(s.handlers())
+    assert first.run_id, first.raw_json
+    return {"first": leg(first), "second": leg(await s.wait(first.run_id))}
+
+
+async def cancel_message(s: Scenario) -> dict[str, Any]:
+    """Sends ``Cancel`` on the Exec stream as soon as the ``hold`` call arrives (generated stubs)."""
+    await s.register()
+    notices: list[int] = []
+    queue: asyncio.Queue[code_mode_service_pb2.ExecRequest | None] = asyncio.Queue()
+    start = code_mode_service_pb2.ExecStart(
+        scope=common_pb2.Scope(session_id=s.scope.session_id, agent_run_id=s.scope.agent_run_id),
+        tool_call_id=s.exec_id,
+        arguments_json=json.dumps({"code": s.program}),
+    )
+    await queue.put(code_mode_service_pb2.ExecRequest(start=start))
+
+    async def requests() -> AsyncIterator[code_mode_service_pb2.ExecRequest]:
+        while (item := await queue.get()) is not None:
+            yield item
+
+    async with grpc.aio.insecure_channel(s.address) as channel:
+        stub = code_mode_service_pb2_grpc.CodeModeServiceStub(channel)
+        result: code_mode_service_pb2.Result | None = None
+        async for msg in stub.Exec(requests()):
+            kind = msg.WhichOneof("message")
+            if kind == "tool_call":
+                tc = msg.tool_call
+                info = ToolCallInfo(
+                    nested_call_id=tc.nested_call_id, parent_tool_call_id=tc.parent_tool_call_id, run_id=tc.run_id,
+                    replay_id=tc.replay_id, catalog_id=tc.catalog_id, source=_SOURCES.get(tc.source, ""),
+                    owner=tc.owner, name=tc.name, method=_METHODS.get(tc.method, ""),
+                )
+                s.record(info, json.loads(tc.input_json))
+                await queue.put(code_mode_service_pb2.ExecRequest(cancel=code_mode_service_pb2.Cancel(reason="conformance")))
+            elif kind == "output":
+                s.streamed.append(json.loads(msg.output.entry_json))
+            elif kind == "tool_call_cancelled":
+                notices.append(int(msg.tool_call_cancelled.nested_call_id.rsplit("_", 1)[-1]))
+            elif kind == "result":
+                result = msg.result
+                await queue.put(None)
+        assert result is not None, "the stream ended without a Result"
+    as_run = RunResult._from_proto(result)
+    observed = leg(as_run)
+    observed["status"] = _STATUSES.get(result.status, "")
+    observed["code"] = _CODES.get(result.code, "")
+    return {"leg": observed, "calls": s.calls, "streamed": s.streamed, "cancelNotices": notices}
+
+
+async def cancel_running(s: Scenario) -> dict[str, Any]:
+    await s.register()
+    cancels: list[asyncio.Task[str]] = []
+
+    async def hold(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+        # CancelRun outlives this handler, which the abort abandons.
+        cancels.append(asyncio.create_task(s.client.cancel_run(s.scope, call.run_id)))
+        await asyncio.Event().wait()
+
+    result = await s.exec(s.handlers(hold=hold))
+    previous = [await task for task in cancels]
+    return {"leg": leg(result), "previousState": previous, "calls": s.calls, "streamed": s.streamed}
+
+
+async def cancel_suspended(s: Scenario) -> dict[str, Any]:
+    await s.register()
+    first = await s.exec(s.handlers())
+    assert first.run_id, first.raw_json
+    previous = await s.client.cancel_run(s.scope, first.run_id)
+    again = await s.client.cancel_run(s.scope, first.run_id)
+    waited = await s.wait(first.run_id)
+    after = await status_of_call(s.client.get_run(s.scope, first.run_id))
+    return {"first": leg(first), "previousState": previous, "cancelAgain": again, "wait": leg(waited), "getRunAfter": after["code"]}
+
+
+async def admission(s: Scenario) -> dict[str, Any]:
+    """While one leg holds the service's only admission slot, a second Exec is refused."""
+    await s.register()
+    other = Scope(session_id=s.scope.session_id, agent_run_id=f"{s.name}-other")
+    await s.register(other)
+    refused: list[dict[str, str]] = []
+
+    async def hold(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+        refused.append(await status_of_call(s.client.exec(other, tool_call_id="call-other", code="return 2;", handlers={})))
+        return {"details": {"released": True}}
+
+    result = await s.exec(s.handlers(hold=hold))
+    return {"refused": refused, "leg": leg(result), "calls": s.calls}
+
+
+async def grpc_status(s: Scenario) -> dict[str, Any]:
+    """Every status code of SPEC §3.1 item 2, and an argument problem that is a result, not an error."""
+    blank = Scope(session_id=" ", agent_run_id="x")
+    fresh = Scope(session_id=s.scope.session_id, agent_run_id=f"{s.name}-fresh")
+    bad_tool = [{"source": "host", "name": "broken", "parameters": {"type": 12}}]
+    missing_run = "run_" + "0" * 32
+    out: dict[str, Any] = {
+        "putCatalogBlankScope": await status_of_call(s.client.put_catalog(blank, s.spec["tools"])),
+        "putCatalogBadSchema": await status_of_call(s.client.put_catalog(s.scope, bad_tool)),
+        "getCatalogMissing": await status_of_call(s.client.get_catalog(fresh)),
+        "listCatalogsBlankSession": await status_of_call(s.client.list_catalogs("")),
+        "execWithoutCatalog": await status_of_call(s.client.exec(fresh, tool_call_id="call-none", code=s.program, handlers={})),
+        "getRunUnknown": await status_of_call(s.client.get_run(s.scope, missing_run)),
+        "cancelRunUnknown": await status_of_call(s.client.cancel_run(s.scope, missing_run)),
+    }
+    await s.register()
+    async with grpc.aio.insecure_channel(s.address) as channel:
+        stub = code_mode_service_pb2_grpc.CodeModeServiceStub(channel)
+        for key, rpc in (("execFirstMessageNotStart", stub.Exec), ("waitFirstMessageNotStart", stub.Wait)):
+            request_cls = code_mode_service_pb2.ExecRequest if rpc is stub.Exec else code_mode_service_pb2.WaitRequest
+            first = request_cls(tool_result=code_mode_service_pb2.ToolResult(nested_call_id="x", ok_json="{}"))
+            try:
+                async for _ in rpc(iter([first])):
+                    pass
+                out[key] = {"code": "OK", "message": ""}
+            except grpc.aio.AioRpcError as exc:
+                out[key] = {"code": exc.code().name, "message": exc.details() or ""}
+    bad = await s.client.exec(s.scope, tool_call_id="call-bad-args", arguments={"code": 5}, handlers={})
+    out["execBadArguments"] = leg(bad)
+    return out
+
+
+SCENARIOS: dict[str, Callable[[Scenario], Awaitable[dict[str, Any]]]] = {
+    "main_job": main_job,
+    "tool_errors": tool_errors,
+    "uncaught_refusal": uncaught_refusal,
+    "output_stream": output_stream,
+    "suspend_resume": suspend_resume,
+    "yield_resume": yield_resume,
+    "cancel_message": cancel_message,
+    "cancel_running": cancel_running,
+    "cancel_suspended": cancel_suspended,
+    "admission": admission,
+    "grpc_status": grpc_status,
+}
+
+
+async def run(name: str, address: str, spec: dict[str, Any]) -> dict[str, Any]:
+    async with await CellblockClient.connect(address) as client:
+        scenario = Scenario(client, address, spec, name)
+        try:
+            return await SCENARIOS[name](scenario)
+        finally:
+            await client.delete_catalog(scenario.scope)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("address", help="gRPC target of the service, e.g. 127.0.0.1:50051")
+    parser.add_argument("--spec", type=Path, default=DEFAULT_SPEC, help="scenarios.json (catalog and programs)")
+    args = parser.parse_args(argv)
+    logging.getLogger("cellblock.client").setLevel(logging.ERROR)  # handler failures are part of the scenarios
+    spec = json.loads(args.spec.read_text(encoding="utf-8"))
+    try:
+        observed = asyncio.run(run(args.scenario, args.address, spec))
+    except Exception as exc:  # noqa: BLE001 - the CLI reports any failure as exit 1
+        print(f"conformance: {args.scenario}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(observed, sort_keys=True, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
