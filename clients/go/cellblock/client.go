@@ -327,8 +327,10 @@ func (c *Client) Exec(ctx context.Context, scope Scope, o ExecOptions) (*RunResu
 	}
 	start := &pb.ExecStart{Scope: scope.proto(), ToolCallId: o.ToolCallID, ArgumentsJson: args, TurnId: o.TurnID, ForceRestartSafe: o.ForceRestartSafe, LimitOverrides: o.Limits}
 	l := &leg{
-		start:      func() error { return stream.Send(&pb.ExecRequest{Message: &pb.ExecRequest_Start{Start: start}}) },
-		sendResult: func(r *pb.ToolResult) error { return stream.Send(&pb.ExecRequest{Message: &pb.ExecRequest_ToolResult{ToolResult: r}}) },
+		start: func() error { return stream.Send(&pb.ExecRequest{Message: &pb.ExecRequest_Start{Start: start}}) },
+		sendResult: func(r *pb.ToolResult) error {
+			return stream.Send(&pb.ExecRequest{Message: &pb.ExecRequest_ToolResult{ToolResult: r}})
+		},
 		sendCancel: func() error {
 			return stream.Send(&pb.ExecRequest{Message: &pb.ExecRequest_Cancel{Cancel: &pb.Cancel{Reason: "client cancelled the leg"}}})
 		},
@@ -356,8 +358,10 @@ func (c *Client) Wait(ctx context.Context, scope Scope, o WaitOptions) (*RunResu
 	}
 	start := &pb.WaitStart{Scope: scope.proto(), ToolCallId: o.ToolCallID, ArgumentsJson: args}
 	l := &leg{
-		start:      func() error { return stream.Send(&pb.WaitRequest{Message: &pb.WaitRequest_Start{Start: start}}) },
-		sendResult: func(r *pb.ToolResult) error { return stream.Send(&pb.WaitRequest{Message: &pb.WaitRequest_ToolResult{ToolResult: r}}) },
+		start: func() error { return stream.Send(&pb.WaitRequest{Message: &pb.WaitRequest_Start{Start: start}}) },
+		sendResult: func(r *pb.ToolResult) error {
+			return stream.Send(&pb.WaitRequest{Message: &pb.WaitRequest_ToolResult{ToolResult: r}})
+		},
 		sendCancel: func() error {
 			return stream.Send(&pb.WaitRequest{Message: &pb.WaitRequest_Cancel{Cancel: &pb.Cancel{Reason: "client cancelled the leg"}}})
 		},

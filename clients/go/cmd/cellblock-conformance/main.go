@@ -198,7 +198,7 @@ func leg(r *cellblock.RunResult) (obj, error) {
 	calls := r.Metadata.GetBridgeCalls()
 	return obj{
 		"result": body, "status": r.Status, "code": r.Code, "runIdSet": r.RunID != "",
-		"legCount": r.Metadata.GetLegCount(),
+		"legCount":    r.Metadata.GetLegCount(),
 		"bridgeCalls": obj{"search": calls.GetSearch(), "describe": calls.GetDescribe(), "call": calls.GetCall()},
 	}, nil
 }
