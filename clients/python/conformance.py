@@ -81,7 +81,8 @@ class Scenario:
         self.exec_id = f"call-{name}"
         self.calls: list[dict[str, Any]] = []
         self.streamed: list[dict[str, Any]] = []
-        self.slow_release = asyncio.Event()
+        # `slow` call i answers once gate i opens (suspend_resume).
+        self.slow_gates = {1: asyncio.Event(), 2: asyncio.Event()}
 
     @property
     def program(self) -> str:
@@ -106,6 +107,8 @@ class Scenario:
 
     def on_output(self, entry: OutputEntry) -> None:
         self.streamed.append({"type": "text", "text": entry.text} if entry.type == "text" else {"type": entry.type, "value": entry.value})
+        if entry.type == "text" and entry.text == "after late-1":
+            self.slow_gates[2].set()  # the second late result goes out on the open wait stream
 
     def handlers(self, **overrides: Handler) -> dict[str, Handler]:
         """The shared tool handlers (clients/README.md), recording every call."""
@@ -132,7 +135,7 @@ class Scenario:
             return {"details": {"blob": "x" * int(tool_input.get("bytes", 0))}}
 
         async def slow(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            await self.slow_release.wait()
+            await self.slow_gates[int(tool_input.get("i", 0))].wait()
             return {"details": {"answer": f"late-{tool_input.get('i')}"}}
 
         async def lookup(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
@@ -245,7 +248,7 @@ async def suspend_resume(s: Scenario) -> dict[str, Any]:
     first = await s.exec(handlers, LimitOverrides(timeout_ms=3000))
     assert first.run_id, first.raw_json
     run = await s.client.get_run(s.scope, first.run_id)
-    s.slow_release.set()  # the late result goes out on the wait stream
+    s.slow_gates[1].set()  # finishes between the legs: sent right after the Wait start
     second = await s.wait(first.run_id, handlers)
     return {
         "first": leg(first),
@@ -380,6 +383,12 @@ async def grpc_status(s: Scenario) -> dict[str, Any]:
                 out[key] = {"code": "OK", "message": ""}
             except grpc.aio.AioRpcError as exc:
                 out[key] = {"code": exc.code().name, "message": exc.details() or ""}
+        try:
+            async for _ in stub.Exec(iter(())):
+                pass
+            out["execClosedBeforeStart"] = {"code": "OK", "message": ""}
+        except grpc.aio.AioRpcError as exc:
+            out["execClosedBeforeStart"] = {"code": exc.code().name, "message": exc.details() or ""}
     bad = await s.client.exec(s.scope, tool_call_id="call-bad-args", arguments={"code": 5}, handlers={})
     out["execBadArguments"] = leg(bad)
     return out

@@ -102,17 +102,23 @@ EXPECTED: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("leg", "result", "output"), [{"type": "text", "text": "one 1"}, {"type": "text", "text": "two"}, {"type": "json", "value": {"three": 3}}, {"type": "text", "text": "five"}]),
     ],
     "suspend_resume": [
+        # Two calls outstanding at the deadline: the run parks without a cell.
         (("first", "status"), "waiting"),
         (("first", "runIdSet"), True),
         (("first", "result", "reason"), "pending_tools"),
-        (("first", "result", "pendingToolCalls"), [{"id": "bridge:callValue:1", "method": "callValue"}]),
+        (("first", "result", "pendingToolCalls"), [{"id": "bridge:callValue:1", "method": "callValue"}, {"id": "bridge:callValue:2", "method": "callValue"}]),
         (("first", "result", "output"), [{"type": "text", "text": "before"}]),
-        (("run",), {"state": "suspended", "snapshotStored": True, "expires": True, "pending": [{"id": "bridge:callValue:1", "method": "callValue", "dispatched": True}]}),
+        (("run",), {
+            "state": "suspended", "snapshotStored": True, "expires": True,
+            "pending": [{"id": "bridge:callValue:1", "method": "callValue", "dispatched": True}, {"id": "bridge:callValue:2", "method": "callValue", "dispatched": True}],
+        }),
+        # Late result 1 finished between the legs, late result 2 while the wait stream was open.
         (("second", "status"), "completed"),
-        (("second", "result", "value"), "late-1!"),
+        (("second", "result", "value"), ["late-1", "late-2"]),
         (("second", "result", "output"), [{"type": "text", "text": "after late-1"}]),
         (("second", "legCount"), 2),
-        (("calls", "*", "idsWellFormed"), [True]),
+        (("calls", "*", "input"), [{"i": 2}, {"i": 1}]),
+        (("calls", "*", "idsWellFormed"), [True, True]),
         (("streamed",), [{"type": "text", "text": "before"}, {"type": "text", "text": "after late-1"}]),
     ],
     "yield_resume": [
@@ -152,6 +158,7 @@ EXPECTED: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("listCatalogsBlankSession", "code"), "INVALID_ARGUMENT"),
         (("execFirstMessageNotStart", "code"), "INVALID_ARGUMENT"),
         (("waitFirstMessageNotStart", "code"), "INVALID_ARGUMENT"),
+        (("execClosedBeforeStart",), {"code": "INVALID_ARGUMENT", "message": "the exec stream closed before its start message"}),
         (("getCatalogMissing", "code"), "NOT_FOUND"),
         (("getRunUnknown", "code"), "NOT_FOUND"),
         (("cancelRunUnknown", "code"), "NOT_FOUND"),

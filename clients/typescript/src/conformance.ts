@@ -29,7 +29,7 @@ import {
   type ToolHandler,
   type ToolSpec,
 } from "./client.js";
-import { CodeModeService, ExecRequestSchema, ToolResultSchema, WaitRequestSchema } from "./gen/cellblock/v1/code_mode_service_pb.js";
+import { CodeModeService, ExecRequestSchema, ToolResultSchema, WaitRequestSchema, type ExecRequest } from "./gen/cellblock/v1/code_mode_service_pb.js";
 
 interface Spec {
   tools: ToolSpec[];
@@ -54,8 +54,8 @@ class Scenario {
   readonly execId: string;
   readonly calls: CallObservation[] = [];
   readonly streamed: OutputEntry[] = [];
-  private releaseSlow: () => void = () => {};
-  private readonly slowReleased = new Promise<void>((resolve) => (this.releaseSlow = resolve));
+  /** `slow` call i answers once gate i opens (suspend_resume). */
+  private readonly gates = new Map<number, { open: () => void; opened: Promise<void> }>();
 
   constructor(
     readonly client: CellblockClient,
@@ -77,8 +77,20 @@ class Scenario {
     return { ids: catalog.entries.map((e) => e.id), catalogSize: catalog.telemetry?.catalogSize ?? 0 };
   }
 
-  release(): void {
-    this.releaseSlow();
+  gate(i: number): { open: () => void; opened: Promise<void> } {
+    let g = this.gates.get(i);
+    if (g === undefined) {
+      let open: () => void = () => {};
+      const opened = new Promise<void>((resolve) => (open = resolve));
+      g = { open: () => open(), opened };
+      this.gates.set(i, g);
+    }
+    return g;
+  }
+
+  onOutput(entry: OutputEntry): void {
+    this.streamed.push(entry);
+    if (entry.type === "text" && entry.text === "after late-1") this.gate(2).open(); // sent on the open wait stream
   }
 
   record(call: ToolCallInfo, input: JsonValue): void {
@@ -114,7 +126,7 @@ class Scenario {
     };
     const huge: ToolHandler<{ bytes?: number }> = (input) => ({ details: { blob: "x".repeat(input.bytes ?? 0) } });
     const slow: ToolHandler<{ i?: number }> = async (input) => {
-      await this.slowReleased;
+      await this.gate(input.i ?? 0).opened;
       return { details: { answer: `late-${input.i}` } };
     };
     const lookup: ToolHandler<{ key?: string }> = (input) => ({
@@ -136,13 +148,13 @@ class Scenario {
       toolCallId: this.execId,
       code: this.program,
       handlers,
-      onOutput: (e) => this.streamed.push(e),
+      onOutput: (e) => this.onOutput(e),
       ...extra,
     });
   }
 
   wait(runId: string, handlers: Handlers = {}): Promise<RunResult> {
-    return this.client.wait(this.scope, { toolCallId: `${this.execId}-wait`, runId, handlers, onOutput: (e) => this.streamed.push(e) });
+    return this.client.wait(this.scope, { toolCallId: `${this.execId}-wait`, runId, handlers, onOutput: (e) => this.onOutput(e) });
   }
 }
 
@@ -190,6 +202,8 @@ async function* once<T>(item: T): AsyncIterable<T> {
   yield item;
 }
 
+async function* none<T>(): AsyncIterable<T> {}
+
 const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observation>> = {
   async main_job(s) {
     const catalog = await s.register();
@@ -230,7 +244,7 @@ const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observ
     const first = await s.exec(handlers, { limits: { timeoutMs: 3000 } });
     if (first.status !== "waiting") throw new Error(`expected waiting: ${first.resultJson}`);
     const run = await s.client.getRun(s.scope, first.runId);
-    s.release(); // the late result goes out on the wait stream
+    s.gate(1).open(); // finishes between the legs: sent right after the Wait start
     const second = await s.wait(first.runId, handlers);
     return {
       first: leg(first),
@@ -327,6 +341,7 @@ const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observ
     out["waitFirstMessageNotStart"] = await statusOf(
       drain(raw.wait(once(create(WaitRequestSchema, { message: { case: "toolResult", value: notStart } })))).catch((e) => Promise.reject(rpcError(e))),
     );
+    out["execClosedBeforeStart"] = await statusOf(drain(raw.exec(none<ExecRequest>())).catch((e) => Promise.reject(rpcError(e))));
     out["execBadArguments"] = leg(await s.client.exec(s.scope, { toolCallId: "call-bad-args", argumentsJson: JSON.stringify({ code: 5 }), handlers: {} }));
     return out;
   },

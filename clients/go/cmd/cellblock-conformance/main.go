@@ -43,8 +43,11 @@ type scenario struct {
 	mu       sync.Mutex
 	calls    []obj
 	streamed []json.RawMessage
-	release  chan struct{}
+	gates    map[int]chan struct{} // `slow` call i answers once gate i closes (suspend_resume)
+	gateOnce [3]sync.Once
 }
+
+func (s *scenario) open(i int) { s.gateOnce[i].Do(func() { close(s.gates[i]) }) }
 
 func (s *scenario) program() string { return s.spec.Programs[s.name] }
 
@@ -94,6 +97,12 @@ func (s *scenario) handlers(overrides cellblock.Handlers) cellblock.Handlers {
 		N *float64 `json:"n"`
 		I *float64 `json:"i"`
 	}
+	num2 := func(p *float64) float64 {
+		if p == nil {
+			return 0
+		}
+		return *p
+	}
 	num := func(p *float64) string {
 		if p == nil {
 			return "undefined"
@@ -123,8 +132,12 @@ func (s *scenario) handlers(overrides cellblock.Handlers) cellblock.Handlers {
 			return obj{"details": obj{"blob": strings.Repeat("x", in.Bytes)}}, nil
 		}),
 		"slow": cellblock.Typed(func(ctx context.Context, in numbered, _ cellblock.ToolCallInfo) (any, error) {
+			gate, ok := s.gates[int(num2(in.I))]
+			if !ok {
+				return nil, errors.New("no gate for this call")
+			}
 			select {
-			case <-s.release:
+			case <-gate:
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
@@ -156,6 +169,10 @@ func (s *scenario) legOptions(h cellblock.Handlers) cellblock.LegOptions {
 		s.mu.Lock()
 		s.streamed = append(s.streamed, append(json.RawMessage{}, e...))
 		s.mu.Unlock()
+		var entry struct{ Type, Text string }
+		if json.Unmarshal(e, &entry) == nil && entry.Type == "text" && entry.Text == "after late-1" {
+			s.open(2) // the second late result goes out on the open wait stream
+		}
 	}}
 }
 
@@ -299,7 +316,7 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		if err != nil {
 			return nil, err
 		}
-		close(s.release) // the late result goes out on the wait stream
+		s.open(1) // finishes between the legs: sent right after the Wait start
 		second, err := s.wait(ctx, first.RunID, h)
 		if err != nil {
 			return nil, err
@@ -461,8 +478,9 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		}
 		// A stream whose first message is not its start: only the generated stubs can send that.
 		notStart := &pb.ToolResult{NestedCallId: "x", Outcome: &pb.ToolResult_OkJson{OkJson: "{}"}}
-		out["execFirstMessageNotStart"] = statusOf(firstMessageNotStart(ctx, s.c, true, notStart))
-		out["waitFirstMessageNotStart"] = statusOf(firstMessageNotStart(ctx, s.c, false, notStart))
+		out["execFirstMessageNotStart"] = statusOf(rawLegStatus(ctx, s.c, true, notStart))
+		out["waitFirstMessageNotStart"] = statusOf(rawLegStatus(ctx, s.c, false, notStart))
+		out["execClosedBeforeStart"] = statusOf(rawLegStatus(ctx, s.c, true, nil))
 		r, err := s.c.Exec(ctx, s.scope, cellblock.ExecOptions{ToolCallID: "call-bad-args", ArgumentsJSON: `{"code":5}`})
 		if err != nil {
 			return nil, err
@@ -472,7 +490,9 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 	},
 }
 
-func firstMessageNotStart(ctx context.Context, c *cellblock.Client, exec bool, first *pb.ToolResult) error {
+// rawLegStatus opens a raw Exec or Wait stream whose first message is `first` (nil: none
+// at all, the Exec stream is closed at once) and returns the stream's final status.
+func rawLegStatus(ctx context.Context, c *cellblock.Client, exec bool, first *pb.ToolResult) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var recv func() error
@@ -481,8 +501,10 @@ func firstMessageNotStart(ctx context.Context, c *cellblock.Client, exec bool, f
 		if err != nil {
 			return err
 		}
-		if err := st.Send(&pb.ExecRequest{Message: &pb.ExecRequest_ToolResult{ToolResult: first}}); err != nil && !errors.Is(err, io.EOF) {
-			return err
+		if first != nil {
+			if err := st.Send(&pb.ExecRequest{Message: &pb.ExecRequest_ToolResult{ToolResult: first}}); err != nil && !errors.Is(err, io.EOF) {
+				return err
+			}
 		}
 		_ = st.CloseSend()
 		recv = func() error { _, err := st.Recv(); return err }
@@ -552,7 +574,7 @@ func run(argv []string) int {
 	}
 	defer c.Close()
 	s := &scenario{
-		c: c, address: args[1], spec: sp, name: args[0], release: make(chan struct{}),
+		c: c, address: args[1], spec: sp, name: args[0], gates: map[int]chan struct{}{1: make(chan struct{}), 2: make(chan struct{})},
 		scope:  cellblock.Scope{SessionID: fmt.Sprintf("conf-go-%d", os.Getpid()), AgentRunID: args[0]},
 		execID: "call-" + args[0],
 	}
