@@ -388,7 +388,7 @@ export class CellblockClient {
     requests.push(create(ExecRequestSchema, { message: { case: "start", value: start } }));
     return this.runLeg(
       requests,
-      (signal) => this.codeMode.exec(requests, { signal }),
+      () => this.codeMode.exec(requests),
       {
         toolResult: (value) => create(ExecRequestSchema, { message: { case: "toolResult", value } }),
         cancel: () => create(ExecRequestSchema, { message: { case: "cancel", value: { reason: CANCEL_REASON } } }),
@@ -417,7 +417,7 @@ export class CellblockClient {
     requests.push(create(WaitRequestSchema, { message: { case: "start", value: start } }));
     return this.runLeg(
       requests,
-      (signal) => this.codeMode.wait(requests, { signal }),
+      () => this.codeMode.wait(requests),
       {
         toolResult: (value) => create(WaitRequestSchema, { message: { case: "toolResult", value } }),
         cancel: () => create(WaitRequestSchema, { message: { case: "cancel", value: { reason: CANCEL_REASON } } }),
@@ -457,12 +457,11 @@ export class CellblockClient {
 
   private async runLeg<Req extends LegRequest>(
     requests: Pushable<Req>,
-    open: (signal: AbortSignal) => AsyncIterable<LegResponse>,
+    open: () => AsyncIterable<LegResponse>,
     make: { toolResult: (r: ToolResult) => Req; cancel: () => Req },
     waitRunId: string | null,
     options: LegOptions,
   ): Promise<RunResult> {
-    const transport = new AbortController();
     const send = (r: ToolResult): boolean => requests.push(make.toolResult(r));
     let run: RunCalls | null = waitRunId !== null ? this.attach(waitRunId, send) : null;
     const onAbort = (): void => {
@@ -471,7 +470,7 @@ export class CellblockClient {
     if (options.signal?.aborted) onAbort();
     options.signal?.addEventListener("abort", onAbort, { once: true });
     try {
-      for await (const msg of open(transport.signal)) {
+      for await (const msg of open()) {
         const m = msg.message;
         if (m.case === "toolCall") {
           if (run === null || run.runId !== m.value.runId) run = this.attach(m.value.runId, send);
