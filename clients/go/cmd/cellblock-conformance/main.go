@@ -184,6 +184,19 @@ func (s *scenario) wait(ctx context.Context, runID string, h cellblock.Handlers)
 	return s.c.Wait(ctx, s.scope, cellblock.WaitOptions{LegOptions: s.legOptions(h), ToolCallID: s.execID + "-wait", RunID: runID})
 }
 
+// registerAndExec registers the catalog, runs the scenario's program with the shared handlers
+// and returns the observation of its single leg.
+func (s *scenario) registerAndExec(ctx context.Context, limits *pb.LimitOverrides) (obj, error) {
+	if _, err := s.register(ctx, s.scope); err != nil {
+		return nil, err
+	}
+	r, err := s.exec(ctx, s.handlers(nil), limits)
+	if err != nil {
+		return nil, err
+	}
+	return leg(r)
+}
+
 func (s *scenario) streamedList() []json.RawMessage {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -266,37 +279,16 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		}, err
 	},
 	"tool_errors": func(ctx context.Context, s *scenario) (obj, error) {
-		if _, err := s.register(ctx, s.scope); err != nil {
-			return nil, err
-		}
 		snapshot := int64(65536)
-		r, err := s.exec(ctx, s.handlers(nil), &pb.LimitOverrides{MaxSnapshotBytes: &snapshot})
-		if err != nil {
-			return nil, err
-		}
-		l, err := leg(r)
+		l, err := s.registerAndExec(ctx, &pb.LimitOverrides{MaxSnapshotBytes: &snapshot})
 		return obj{"leg": l, "calls": s.callList()}, err
 	},
 	"uncaught_refusal": func(ctx context.Context, s *scenario) (obj, error) {
-		if _, err := s.register(ctx, s.scope); err != nil {
-			return nil, err
-		}
-		r, err := s.exec(ctx, s.handlers(nil), nil)
-		if err != nil {
-			return nil, err
-		}
-		l, err := leg(r)
+		l, err := s.registerAndExec(ctx, nil)
 		return obj{"leg": l, "calls": s.callList()}, err
 	},
 	"output_stream": func(ctx context.Context, s *scenario) (obj, error) {
-		if _, err := s.register(ctx, s.scope); err != nil {
-			return nil, err
-		}
-		r, err := s.exec(ctx, s.handlers(nil), nil)
-		if err != nil {
-			return nil, err
-		}
-		l, err := leg(r)
+		l, err := s.registerAndExec(ctx, nil)
 		return obj{"leg": l, "streamed": s.streamedList()}, err
 	},
 	"suspend_resume": func(ctx context.Context, s *scenario) (obj, error) {
