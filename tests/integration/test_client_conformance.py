@@ -188,6 +188,16 @@ def dig(value: Any, path: tuple[Any, ...]) -> Any:
     return value
 
 
+def differences(expected: Any, got: Any, path: str = "") -> list[str]:
+    """The leaf paths where two JSON values differ, as ``path: expected X, got Y`` lines."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        return [line for key in sorted(set(expected) | set(got), key=str)
+                for line in differences(expected.get(key, "<absent>"), got.get(key, "<absent>"), f"{path}.{key}")]
+    if isinstance(expected, list) and isinstance(got, list) and len(expected) == len(got):
+        return [line for i, (e, g) in enumerate(zip(expected, got, strict=True)) for line in differences(e, g, f"{path}[{i}]")]
+    return [] if expected == got else [f"{path or '.'}: expected {json.dumps(expected)[:300]}, got {json.dumps(got)[:300]}"]
+
+
 def check(scenario: str, observed: dict[str, Any]) -> list[str]:
     problems = []
     for path, expected in EXPECTED[scenario]:
@@ -196,8 +206,7 @@ def check(scenario: str, observed: dict[str, Any]) -> list[str]:
         except (KeyError, IndexError, TypeError) as exc:
             problems.append(f"{'.'.join(map(str, path))}: missing ({exc!r})")
             continue
-        if got != expected:
-            problems.append(f"{'.'.join(map(str, path))}: expected {json.dumps(expected)[:300]}, got {json.dumps(got)[:300]}")
+        problems.extend(differences(expected, got, ".".join(map(str, path))))
     return problems
 
 
@@ -287,9 +296,7 @@ async def test_python_typescript_and_go_clients_pass_the_same_scenarios(
         for client, result in observed.items():
             if reference is not None and result != reference:
                 cells[scenario, client] = "MISMATCH"
-                keys = sorted(k for k in set(result) | set(reference) if result.get(k) != reference.get(k))
-                details.append(f"{scenario} / {client}: differs from python in {keys}: "
-                               f"{json.dumps({k: result.get(k) for k in keys})[:600]} vs {json.dumps({k: reference.get(k) for k in keys})[:600]}")
+                details.extend(f"{scenario} / {client} vs python: {line}" for line in differences(reference, result)[:10])
     width = max(map(len, scenarios))
     lines = [f"{'scenario':<{width}}  " + "  ".join(f"{c:<11}" for c in CLIENTS)]
     lines += [f"{s:<{width}}  " + "  ".join(f"{cells[s, c]:<11}" for c in CLIENTS) for s in scenarios]
