@@ -22,8 +22,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
-import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -31,184 +29,29 @@ from typing import Any
 
 import grpc
 import grpc.aio
+from conformance_support import (
+    CODES,
+    DEFAULT_SPEC,
+    METHODS,
+    SOURCES,
+    STATUSES,
+    Scenario,
+    leg,
+    observe_leg,
+    status_of_call,
+)
 
 from cellblock.client import (
     CellblockClient,
     LimitOverrides,
-    OutputEntry,
-    RPCError,
-    RunResult,
     Scope,
     ToolCallInfo,
-    ToolRefused,
 )
 from cellblock.v1 import code_mode_service_pb2, code_mode_service_pb2_grpc, common_pb2
 
-DEFAULT_SPEC = Path(__file__).resolve().parents[1] / "conformance" / "scenarios.json"
-_CODES = {
-    code_mode_service_pb2.ERROR_CODE_UNSPECIFIED: "",
-    code_mode_service_pb2.ERROR_CODE_INVALID_INPUT: "invalid_input",
-    code_mode_service_pb2.ERROR_CODE_RUNTIME_UNAVAILABLE: "runtime_unavailable",
-    code_mode_service_pb2.ERROR_CODE_ABORTED: "aborted",
-    code_mode_service_pb2.ERROR_CODE_TIMEOUT: "timeout",
-    code_mode_service_pb2.ERROR_CODE_OUTPUT_LIMIT_EXCEEDED: "output_limit_exceeded",
-    code_mode_service_pb2.ERROR_CODE_SNAPSHOT_LIMIT_EXCEEDED: "snapshot_limit_exceeded",
-    code_mode_service_pb2.ERROR_CODE_INTERNAL_ERROR: "internal_error",
-}
-_STATUSES = {
-    code_mode_service_pb2.RUN_STATUS_COMPLETED: "completed",
-    code_mode_service_pb2.RUN_STATUS_WAITING: "waiting",
-    code_mode_service_pb2.RUN_STATUS_FAILED: "failed",
-}
-_SOURCES = {common_pb2.TOOL_SOURCE_HOST: "host", common_pb2.TOOL_SOURCE_MCP: "mcp", common_pb2.TOOL_SOURCE_CLIENT: "client"}
-_METHODS = {
-    code_mode_service_pb2.NESTED_CALL_METHOD_CALL: "call",
-    code_mode_service_pb2.NESTED_CALL_METHOD_CALL_VALUE: "callValue",
-    code_mode_service_pb2.NESTED_CALL_METHOD_NAMESPACE: "namespace",
-}
-Handler = Callable[[dict[str, Any], ToolCallInfo], Awaitable[Any]]
-
-
-class Scenario:
-    """The state of one scenario run: scope, catalog, recorded calls and output."""
-
-    def __init__(self, client: CellblockClient, address: str, spec: dict[str, Any], name: str) -> None:
-        self.client = client
-        self.address = address
-        self.spec = spec
-        self.name = name
-        self.scope = Scope(session_id=f"conf-python-{os.getpid()}", agent_run_id=name)
-        self.exec_id = f"call-{name}"
-        self.calls: list[dict[str, Any]] = []
-        self.streamed: list[dict[str, Any]] = []
-        # `slow` call i answers once gate i opens (suspend_resume).
-        self.slow_gates = {1: asyncio.Event(), 2: asyncio.Event()}
-
-    @property
-    def program(self) -> str:
-        return str(self.spec["programs"][self.name])
-
-    async def register(self, scope: Scope | None = None) -> dict[str, Any]:
-        catalog = await self.client.put_catalog(scope or self.scope, self.spec["tools"])
-        return {"ids": [e.id for e in catalog.entries], "catalogSize": catalog.telemetry.catalog_size}
-
-    def record(self, call: ToolCallInfo, tool_input: dict[str, Any]) -> None:
-        """Appends the observation of one ToolCall (clients/README.md `calls`)."""
-        self.calls.append({
-            "catalogId": call.catalog_id,
-            "source": call.source,
-            "owner": call.owner,
-            "name": call.name,
-            "method": call.method,
-            "input": tool_input,
-            "n": int(call.nested_call_id.rsplit("_", 1)[-1]),
-            "idsWellFormed": ids_well_formed(self.exec_id, call.nested_call_id, call.replay_id, call.run_id, call.parent_tool_call_id),
-        })
-
-    def on_output(self, entry: OutputEntry) -> None:
-        self.streamed.append({"type": "text", "text": entry.text} if entry.type == "text" else {"type": entry.type, "value": entry.value})
-        if entry.type == "text" and entry.text == "after late-1":
-            self.slow_gates[2].set()  # the second late result goes out on the open wait stream
-
-    def handlers(self, **overrides: Handler) -> dict[str, Handler]:
-        """The shared tool handlers (clients/README.md), recording every call."""
-
-        async def echo(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            return {"content": [{"type": "text", "text": "echo"}], "details": {"echo": tool_input}}
-
-        async def boom(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            raise RuntimeError(f"boom {tool_input.get('n')}")
-
-        async def refuse(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            raise ToolRefused("invalid_input", f"n must be positive, got {tool_input.get('n')}")
-
-        async def blocked(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            raise ToolRefused("blocked", "needs approval")
-
-        async def cancelled(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            raise ToolRefused("cancelled", "operator cancelled")
-
-        async def silent(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            raise ToolRefused("failed", "")
-
-        async def huge(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            return {"details": {"blob": "x" * int(tool_input.get("bytes", 0))}}
-
-        async def slow(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            await self.slow_gates[int(tool_input.get("i", 0))].wait()
-            return {"details": {"answer": f"late-{tool_input.get('i')}"}}
-
-        async def lookup(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-            key = tool_input.get("key")
-            return {"details": {"value": 42 if key == "bad-shape" else f"v-{key}"}}
-
-        table: dict[str, Handler] = {
-            "echo": echo, "boom": boom, "refuse": refuse, "blocked": blocked, "cancelled": cancelled,
-            "silent": silent, "huge": huge, "slow": slow, "lookup": lookup, **overrides,
-        }
-
-        def recording(handler: Handler) -> Handler:
-            async def run(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
-                self.record(call, tool_input)
-                return await handler(tool_input, call)
-            return run
-
-        # `unserved` has no handler: the client answers it with its missing-handler refusal.
-        return {name: recording(h) for name, h in table.items()}
-
-    async def exec(self, handlers: dict[str, Handler], limits: LimitOverrides | None = None) -> RunResult:
-        return await self.client.exec(self.scope, tool_call_id=self.exec_id, code=self.program, handlers=handlers, limits=limits, on_output=self.on_output)
-
-    async def wait(self, run_id: str, handlers: dict[str, Handler] | None = None) -> RunResult:
-        return await self.client.wait(self.scope, tool_call_id=f"{self.exec_id}-wait", run_id=run_id, handlers=handlers or {}, on_output=self.on_output)
-
-
-def ids_well_formed(exec_id: str, nested_id: str, replay_id: str, run_id: str, parent_id: str) -> bool:
-    """Whether a ToolCall's ids follow SPEC §3.5 items 2-3 for the run's exec id."""
-    prefix = re.sub(r"[^A-Za-z0-9_-]", "_", exec_id)[:48]
-    return (
-        parent_id == exec_id
-        and re.fullmatch(r"replay_[0-9a-f]{24}", replay_id) is not None
-        and re.fullmatch(r"run_[0-9a-f]{32}", run_id) is not None
-        and re.fullmatch(rf"cellblock_{re.escape(prefix)}_{replay_id[7:15]}_[1-9][0-9]*", nested_id) is not None
-    )
-
-
-def leg(result: RunResult) -> dict[str, Any]:
-    """The observation of one leg's Result (clients/README.md `leg`)."""
-    body = json.loads(result.raw_json)
-    if "runId" in body:
-        body["runId"] = "<run>"
-    if isinstance(body.get("telemetry"), dict) and "counterScope" in body["telemetry"]:
-        body["telemetry"]["counterScope"] = "<scope>"
-    calls = result.metadata.bridge_calls
-    return {
-        "result": body,
-        "status": result.status,
-        "code": result.code or "",
-        "runIdSet": bool(result.run_id),
-        "legCount": result.metadata.leg_count,
-        "bridgeCalls": {"search": calls.search, "describe": calls.describe, "call": calls.call},
-    }
-
-
-def status_of(exc: RPCError) -> dict[str, str]:
-    return {"code": exc.status.name, "message": exc.message}
-
-
-async def status_of_call(call: Awaitable[Any]) -> dict[str, str]:
-    try:
-        await call
-    except RPCError as exc:
-        return status_of(exc)
-    return {"code": "OK", "message": ""}
-
-
-# ---------------------------------------------------------------------------
-# Scenarios
-
 
 async def main_job(s: Scenario) -> dict[str, Any]:
+    """Catalog, tool surface, and a program calling host and client tools every way."""
     catalog = await s.register()
     surface = await s.client.tool_surface(s.scope)
     result = await s.exec(s.handlers())
@@ -227,22 +70,26 @@ async def main_job(s: Scenario) -> dict[str, Any]:
 
 
 async def tool_errors(s: Scenario) -> dict[str, Any]:
+    """Every kind of nested-call failure, caught in the guest (SPEC §8.4, §14.4)."""
     await s.register()
     result = await s.exec(s.handlers(), LimitOverrides(max_snapshot_bytes=65536))
     return {"leg": leg(result), "calls": s.calls}
 
 
 async def uncaught_refusal(s: Scenario) -> dict[str, Any]:
+    """An uncaught ``invalid_input`` refusal fails the run with ``invalid_input`` (SPEC §11.3)."""
     await s.register()
     return {"leg": leg(await s.exec(s.handlers())), "calls": s.calls}
 
 
 async def output_stream(s: Scenario) -> dict[str, Any]:
+    """Output events as produced, beside the result's output (SPEC §9 rule 12)."""
     await s.register()
     return {"leg": leg(await s.exec(s.handlers())), "streamed": s.streamed}
 
 
 async def suspend_resume(s: Scenario) -> dict[str, Any]:
+    """Two late results: one between the legs, one on the open Wait stream (SPEC §3.4 item 3)."""
     await s.register()
     handlers = s.handlers()
     first = await s.exec(handlers, LimitOverrides(timeout_ms=3000))
@@ -265,6 +112,7 @@ async def suspend_resume(s: Scenario) -> dict[str, Any]:
 
 
 async def yield_resume(s: Scenario) -> dict[str, Any]:
+    """``yield_control`` parks the run; ``wait`` settles it (SPEC §8.9)."""
     await s.register()
     first = await s.exec(s.handlers())
     assert first.run_id, first.raw_json
@@ -296,8 +144,8 @@ async def cancel_message(s: Scenario) -> dict[str, Any]:
                 tc = msg.tool_call
                 info = ToolCallInfo(
                     nested_call_id=tc.nested_call_id, parent_tool_call_id=tc.parent_tool_call_id, run_id=tc.run_id,
-                    replay_id=tc.replay_id, catalog_id=tc.catalog_id, source=_SOURCES.get(tc.source, ""),
-                    owner=tc.owner, name=tc.name, method=_METHODS.get(tc.method, ""),
+                    replay_id=tc.replay_id, catalog_id=tc.catalog_id, source=SOURCES.get(tc.source, ""),
+                    owner=tc.owner, name=tc.name, method=METHODS.get(tc.method, ""),
                 )
                 s.record(info, json.loads(tc.input_json))
                 await queue.put(code_mode_service_pb2.ExecRequest(cancel=code_mode_service_pb2.Cancel(reason="conformance")))
@@ -309,14 +157,16 @@ async def cancel_message(s: Scenario) -> dict[str, Any]:
                 result = msg.result
                 await queue.put(None)
         assert result is not None, "the stream ended without a Result"
-    as_run = RunResult._from_proto(result)
-    observed = leg(as_run)
-    observed["status"] = _STATUSES.get(result.status, "")
-    observed["code"] = _CODES.get(result.code, "")
+    counts = result.metadata.bridge_calls
+    observed = observe_leg(
+        result.result_json, STATUSES.get(result.status, ""), CODES.get(result.code, ""), result.run_id,
+        result.metadata.leg_count, {"search": counts.search, "describe": counts.describe, "call": counts.call},
+    )
     return {"leg": observed, "calls": s.calls, "streamed": s.streamed, "cancelNotices": notices}
 
 
 async def cancel_running(s: Scenario) -> dict[str, Any]:
+    """``CancelRun`` of the running leg, from the handler of its held call (SPEC §3.6 item 2)."""
     await s.register()
     cancels: list[asyncio.Task[str]] = []
 
@@ -331,6 +181,7 @@ async def cancel_running(s: Scenario) -> dict[str, Any]:
 
 
 async def cancel_suspended(s: Scenario) -> dict[str, Any]:
+    """``CancelRun`` of a suspended run, twice, then ``wait`` and ``GetRun`` on it."""
     await s.register()
     first = await s.exec(s.handlers())
     assert first.run_id, first.raw_json
@@ -410,6 +261,7 @@ SCENARIOS: dict[str, Callable[[Scenario], Awaitable[dict[str, Any]]]] = {
 
 
 async def run(name: str, address: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """Connects, runs one scenario in its own scope and ends the scope."""
     async with await CellblockClient.connect(address) as client:
         scenario = Scenario(client, address, spec, name)
         try:
@@ -419,6 +271,7 @@ async def run(name: str, address: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The CLI: prints the observations as one JSON line; returns the exit code."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("scenario", choices=sorted(SCENARIOS))
     parser.add_argument("address", help="gRPC target of the service, e.g. 127.0.0.1:50051")
