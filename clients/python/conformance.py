@@ -43,7 +43,6 @@ from conformance_support import (
 
 from cellblock.client import (
     CellblockClient,
-    LimitOverrides,
     Scope,
     ToolCallInfo,
 )
@@ -72,7 +71,7 @@ async def main_job(s: Scenario) -> dict[str, Any]:
 async def tool_errors(s: Scenario) -> dict[str, Any]:
     """Every kind of nested-call failure, caught in the guest (SPEC §8.4, §14.4)."""
     await s.register()
-    result = await s.exec(s.handlers(), LimitOverrides(max_snapshot_bytes=65536))
+    result = await s.exec(s.handlers())
     return {"leg": leg(result), "calls": s.calls}
 
 
@@ -92,7 +91,7 @@ async def suspend_resume(s: Scenario) -> dict[str, Any]:
     """Two late results: one between the legs, one on the open Wait stream (SPEC §3.4 item 3)."""
     await s.register()
     handlers = s.handlers()
-    first = await s.exec(handlers, LimitOverrides(timeout_ms=3000))
+    first = await s.exec(handlers)
     assert first.run_id, first.raw_json
     run = await s.client.get_run(s.scope, first.run_id)
     s.slow_gates[1].set()  # finishes between the legs: sent right after the Wait start

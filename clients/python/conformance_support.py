@@ -149,8 +149,12 @@ class Scenario:
         # `unserved` has no handler: the client answers it with its missing-handler refusal.
         return {name: recording(h) for name, h in table.items()}
 
-    async def exec(self, handlers: dict[str, Handler], limits: LimitOverrides | None = None) -> RunResult:
-        """Runs the scenario's program as an exec leg, recording its output."""
+    async def exec(self, handlers: dict[str, Handler]) -> RunResult:
+        """Runs the scenario's program as an exec leg with its limits, recording its output."""
+        given = self.spec.get("limits", {}).get(self.name)
+        limits = None
+        if given:
+            limits = LimitOverrides(timeout_ms=given.get("timeoutMs"), max_snapshot_bytes=given.get("maxSnapshotBytes"))
         return await self.client.exec(self.scope, tool_call_id=self.exec_id, code=self.program, handlers=handlers, limits=limits, on_output=self.on_output)
 
     async def wait(self, run_id: str, handlers: dict[str, Handler] | None = None) -> RunResult:

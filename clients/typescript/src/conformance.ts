@@ -34,6 +34,7 @@ import { CodeModeService, ExecRequestSchema, ToolResultSchema, WaitRequestSchema
 interface Spec {
   tools: ToolSpec[];
   programs: Record<string, string>;
+  limits?: Record<string, ExecOptions["limits"]>;
 }
 
 interface CallObservation {
@@ -143,12 +144,15 @@ class Scenario {
     return recorded;
   }
 
+  /** Runs the scenario's program as an exec leg with its limits (scenarios.json), recording its output. */
   exec(handlers: Handlers, extra: Partial<ExecOptions> = {}): Promise<RunResult> {
+    const limits = this.spec.limits?.[this.name];
     return this.client.exec(this.scope, {
       toolCallId: this.execId,
       code: this.program,
       handlers,
       onOutput: (e) => this.onOutput(e),
+      ...(limits ? { limits } : {}),
       ...extra,
     });
   }
@@ -225,7 +229,7 @@ const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observ
 
   async tool_errors(s) {
     await s.register();
-    return { leg: leg(await s.exec(s.handlers(), { limits: { maxSnapshotBytes: 65536 } })), calls: s.calls };
+    return { leg: leg(await s.exec(s.handlers())), calls: s.calls };
   },
 
   async uncaught_refusal(s) {
@@ -241,7 +245,7 @@ const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observ
   async suspend_resume(s) {
     await s.register();
     const handlers = s.handlers();
-    const first = await s.exec(handlers, { limits: { timeoutMs: 3000 } });
+    const first = await s.exec(handlers);
     if (first.status !== "waiting") throw new Error(`expected waiting: ${first.resultJson}`);
     const run = await s.client.getRun(s.scope, first.runId);
     s.gate(1).open(); // finishes between the legs: sent right after the Wait start

@@ -29,6 +29,10 @@ import (
 type spec struct {
 	Tools    []cellblock.ToolSpec `json:"tools"`
 	Programs map[string]string    `json:"programs"`
+	Limits   map[string]struct {
+		TimeoutMs        *int64 `json:"timeoutMs"`
+		MaxSnapshotBytes *int64 `json:"maxSnapshotBytes"`
+	} `json:"limits"`
 }
 
 type obj = map[string]any
@@ -176,7 +180,12 @@ func (s *scenario) legOptions(h cellblock.Handlers) cellblock.LegOptions {
 	}}
 }
 
-func (s *scenario) exec(ctx context.Context, h cellblock.Handlers, limits *pb.LimitOverrides) (*cellblock.RunResult, error) {
+// exec runs the scenario's program as an exec leg with its limits (scenarios.json), recording its output.
+func (s *scenario) exec(ctx context.Context, h cellblock.Handlers) (*cellblock.RunResult, error) {
+	var limits *pb.LimitOverrides
+	if given, ok := s.spec.Limits[s.name]; ok {
+		limits = &pb.LimitOverrides{TimeoutMs: given.TimeoutMs, MaxSnapshotBytes: given.MaxSnapshotBytes}
+	}
 	return s.c.Exec(ctx, s.scope, cellblock.ExecOptions{LegOptions: s.legOptions(h), ToolCallID: s.execID, Code: s.program(), Limits: limits})
 }
 
@@ -186,11 +195,11 @@ func (s *scenario) wait(ctx context.Context, runID string, h cellblock.Handlers)
 
 // registerAndExec registers the catalog, runs the scenario's program with the shared handlers
 // and returns the observation of its single leg.
-func (s *scenario) registerAndExec(ctx context.Context, limits *pb.LimitOverrides) (obj, error) {
+func (s *scenario) registerAndExec(ctx context.Context) (obj, error) {
 	if _, err := s.register(ctx, s.scope); err != nil {
 		return nil, err
 	}
-	r, err := s.exec(ctx, s.handlers(nil), limits)
+	r, err := s.exec(ctx, s.handlers(nil))
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +276,7 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		if tools := surface.GetTools(); len(tools) > 0 {
 			params = json.RawMessage(tools[0].GetParametersJson())
 		}
-		r, err := s.exec(ctx, s.handlers(nil), nil)
+		r, err := s.exec(ctx, s.handlers(nil))
 		if err != nil {
 			return nil, err
 		}
@@ -279,16 +288,15 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		}, err
 	},
 	"tool_errors": func(ctx context.Context, s *scenario) (obj, error) {
-		snapshot := int64(65536)
-		l, err := s.registerAndExec(ctx, &pb.LimitOverrides{MaxSnapshotBytes: &snapshot})
+		l, err := s.registerAndExec(ctx)
 		return obj{"leg": l, "calls": s.callList()}, err
 	},
 	"uncaught_refusal": func(ctx context.Context, s *scenario) (obj, error) {
-		l, err := s.registerAndExec(ctx, nil)
+		l, err := s.registerAndExec(ctx)
 		return obj{"leg": l, "calls": s.callList()}, err
 	},
 	"output_stream": func(ctx context.Context, s *scenario) (obj, error) {
-		l, err := s.registerAndExec(ctx, nil)
+		l, err := s.registerAndExec(ctx)
 		return obj{"leg": l, "streamed": s.streamedList()}, err
 	},
 	"suspend_resume": func(ctx context.Context, s *scenario) (obj, error) {
@@ -296,8 +304,7 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 			return nil, err
 		}
 		h := s.handlers(nil)
-		timeout := int64(3000)
-		first, err := s.exec(ctx, h, &pb.LimitOverrides{TimeoutMs: &timeout})
+		first, err := s.exec(ctx, h)
 		if err != nil {
 			return nil, err
 		}
@@ -332,7 +339,7 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		if _, err := s.register(ctx, s.scope); err != nil {
 			return nil, err
 		}
-		first, err := s.exec(ctx, s.handlers(nil), nil)
+		first, err := s.exec(ctx, s.handlers(nil))
 		if err != nil {
 			return nil, err
 		}
@@ -386,7 +393,7 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 			<-hctx.Done()
 			return nil, hctx.Err()
 		}
-		r, err := s.exec(ctx, s.handlers(cellblock.Handlers{"hold": hold}), nil)
+		r, err := s.exec(ctx, s.handlers(cellblock.Handlers{"hold": hold}))
 		if err != nil {
 			return nil, err
 		}
@@ -401,7 +408,7 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		if _, err := s.register(ctx, s.scope); err != nil {
 			return nil, err
 		}
-		first, err := s.exec(ctx, s.handlers(nil), nil)
+		first, err := s.exec(ctx, s.handlers(nil))
 		if err != nil {
 			return nil, err
 		}
@@ -439,7 +446,7 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 			refused = append(refused, statusOf(err))
 			return obj{"details": obj{"released": true}}, nil
 		}
-		r, err := s.exec(ctx, s.handlers(cellblock.Handlers{"hold": hold}), nil)
+		r, err := s.exec(ctx, s.handlers(cellblock.Handlers{"hold": hold}))
 		if err != nil {
 			return nil, err
 		}
