@@ -75,6 +75,12 @@ async def tool_errors(s: Scenario) -> dict[str, Any]:
     return {"leg": leg(result), "calls": s.calls}
 
 
+async def result_over_message_cap(s: Scenario) -> dict[str, Any]:
+    """A result over the 64 MiB message cap goes as ``oversized_bytes``: B12, the stream goes on."""
+    await s.register()
+    return {"leg": leg(await s.exec(s.handlers())), "calls": s.calls}
+
+
 async def uncaught_refusal(s: Scenario) -> dict[str, Any]:
     """An uncaught ``invalid_input`` refusal fails the run with ``invalid_input`` (SPEC §11.3)."""
     await s.register()
@@ -247,6 +253,7 @@ async def grpc_status(s: Scenario) -> dict[str, Any]:
 SCENARIOS: dict[str, Callable[[Scenario], Awaitable[dict[str, Any]]]] = {
     "main_job": main_job,
     "tool_errors": tool_errors,
+    "result_over_message_cap": result_over_message_cap,
     "uncaught_refusal": uncaught_refusal,
     "output_stream": output_stream,
     "suspend_resume": suspend_resume,

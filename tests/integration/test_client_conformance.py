@@ -89,6 +89,14 @@ EXPECTED: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         # unknown_tool and input_contract never reach the runtime; unserved reaches no handler.
         (("calls", "*", "name"), ["boom", "refuse", "blocked", "cancelled", "silent", "huge", "lookup"]),
     ],
+    "result_over_message_cap": [
+        # Over the 64 MiB message cap the client sends oversized_bytes, not the result (SPEC §3.5 item 5).
+        (("leg", "result", "value"), {
+            "error": 'Tool "client:app:huge" returned 67108887 bytes, more than this cell accepts (10485760 bytes); ask for less data.',
+            "afterwards": {"echo": {"still": "open"}},
+        }),
+        (("calls", "*", "name"), ["huge", "echo"]),
+    ],
     "uncaught_refusal": [
         (("leg", "status"), "failed"),
         (("leg", "code"), "invalid_input"),

@@ -633,8 +633,19 @@ func invoke(ctx context.Context, handler Handler, inputJSON string, info ToolCal
 	if err != nil {
 		return errorResult(info.NestedCallID, "failed", "the tool result is not JSON-serialisable: "+err.Error())
 	}
+	if len(text)+toolResultEnvelopeBytes > MaxMessageBytes {
+		// gRPC would end the whole stream for an oversized message; the guest gets B12 instead.
+		return &pb.ToolResult{NestedCallId: info.NestedCallID, Outcome: &pb.ToolResult_OversizedBytes{OversizedBytes: int64(len(text))}}
+	}
 	return &pb.ToolResult{NestedCallId: info.NestedCallID, Outcome: &pb.ToolResult_OkJson{OkJson: text}}
 }
+
+// MaxMessageBytes is the service's gRPC message cap (SPEC §2.3, §3.5 item 5); a larger
+// tool result is sent as oversized_bytes.
+const MaxMessageBytes = 64 * 1024 * 1024
+
+// toolResultEnvelopeBytes is room kept for the ToolResult's own fields (nested call id, framing).
+const toolResultEnvelopeBytes = 4096
 
 func errorResult(id, kind, message string) *pb.ToolResult {
 	return &pb.ToolResult{NestedCallId: id, Outcome: &pb.ToolResult_Error{Error: &pb.ToolError{Kind: kinds[kind], Message: message}}}

@@ -37,6 +37,7 @@ import {
   NestedCallMethod,
   RunStatus,
   ToolErrorKind,
+  ToolResultSchema,
   WaitRequestSchema,
   type ExecRequest,
   type ExecResponse,
@@ -183,6 +184,10 @@ export interface WaitOptions extends LegOptions {
 }
 
 const CANCEL_REASON = "client cancelled the leg";
+/** The service's gRPC message cap in bytes (SPEC §2.3, §3.5 item 5); a larger result goes as `oversizedBytes`. */
+export const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
+/** Room kept for the ToolResult's own fields (nested call id, framing). */
+const TOOL_RESULT_ENVELOPE_BYTES = 4096;
 const STATUS_NAMES = [
   "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
   "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
@@ -567,7 +572,12 @@ async function invoke(handler: ToolHandler<any, any> | undefined, inputJson: str
     const value: unknown = await handler(input, info);
     const okJson = JSON.stringify(value ?? null);
     if (okJson === undefined) return errorResult(info.nestedCallId, "failed", "the tool result is not JSON-serialisable");
-    return { $typeName: "cellblock.v1.ToolResult", nestedCallId: info.nestedCallId, outcome: { case: "okJson", value: okJson } };
+    const size = Buffer.byteLength(okJson, "utf8");
+    if (size + TOOL_RESULT_ENVELOPE_BYTES > MAX_MESSAGE_BYTES) {
+      // gRPC would end the whole stream for an oversized message; the guest gets B12 instead.
+      return create(ToolResultSchema, { nestedCallId: info.nestedCallId, outcome: { case: "oversizedBytes", value: BigInt(size) } });
+    }
+    return create(ToolResultSchema, { nestedCallId: info.nestedCallId, outcome: { case: "okJson", value: okJson } });
   } catch (err) {
     if (err instanceof ToolRefusal) return errorResult(info.nestedCallId, err.kind, err.message);
     const message = err instanceof Error ? err.message || err.name : String(err);

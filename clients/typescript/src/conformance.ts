@@ -232,6 +232,11 @@ const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observ
     return { leg: leg(await s.exec(s.handlers())), calls: s.calls };
   },
 
+  async result_over_message_cap(s) {
+    await s.register();
+    return { leg: leg(await s.exec(s.handlers())), calls: s.calls };
+  },
+
   async uncaught_refusal(s) {
     await s.register();
     return { leg: leg(await s.exec(s.handlers())), calls: s.calls };

@@ -291,6 +291,10 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		l, err := s.registerAndExec(ctx)
 		return obj{"leg": l, "calls": s.callList()}, err
 	},
+	"result_over_message_cap": func(ctx context.Context, s *scenario) (obj, error) {
+		l, err := s.registerAndExec(ctx)
+		return obj{"leg": l, "calls": s.callList()}, err
+	},
 	"uncaught_refusal": func(ctx context.Context, s *scenario) (obj, error) {
 		l, err := s.registerAndExec(ctx)
 		return obj{"leg": l, "calls": s.callList()}, err
