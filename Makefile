@@ -15,9 +15,16 @@ STAMPS := build/stamps
 # One stamp per Python environment, so switching interpreters reinstalls.
 PY_ENV_ID := $(shell $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.prefix.encode()).hexdigest()[:12])' 2>/dev/null)
 PYDEPS_STAMP := $(STAMPS)/pydeps-$(PY_ENV_ID)
-# npm projects: the repo root (buf, MCP servers), tests/interop (grpc-js) and tests/frontdoor_ts (the MCP SDK
-# client), where a package.json exists.
-NPM_DIRS := $(dir $(wildcard package.json tests/interop/package.json tests/frontdoor_ts/package.json))
+# npm projects: the repo root (buf, MCP servers), tests/interop (grpc-js), tests/frontdoor_ts (the MCP SDK
+# client) and clients/typescript (the TypeScript client), where a package.json exists.
+NPM_DIRS := $(dir $(wildcard package.json tests/interop/package.json tests/frontdoor_ts/package.json clients/typescript/package.json))
+BUF := node_modules/.bin/buf
+# Debian packages the Go client and `make proto` need: Go, protoc and its Go plugins, and the
+# Go gRPC/protobuf sources the Go client builds against offline (clients/go/build.sh). The
+# 1.5 API of github.com/golang/protobuf is named explicitly: grpc's dependency also accepts
+# the 1.3 one, which cannot marshal messages made by protoc-gen-go 1.28.
+GO_DEBS := golang-go protobuf-compiler libprotobuf-dev protoc-gen-go protoc-gen-go-grpc \
+  golang-google-grpc-dev golang-google-protobuf-dev golang-github-golang-protobuf-1-5-dev
 
 .PHONY: help
 help: ## Show this help
@@ -46,7 +53,7 @@ seccomp-selftest: image ## Check the cell's seccomp profile: needed calls work, 
 # ------------------------------------------------------------------ developer setup
 
 .PHONY: setup
-setup: pydeps npm-deps image ## Install pinned Python deps, npm tools, the engine and the cell image
+setup: pydeps npm-deps client-deps image ## Install pinned Python deps, npm tools, Go/protoc, the engine and the cell image
 
 .PHONY: pydeps
 pydeps: $(PYDEPS_STAMP) ## Install requirements-dev.txt into PYTHON (skipped while unchanged)
@@ -56,7 +63,7 @@ $(PYDEPS_STAMP): requirements-dev.txt
 	@mkdir -p $(STAMPS) && touch $@
 
 .PHONY: npm-deps
-npm-deps: ## npm ci where a package.json is (repo root, tests/interop, tests/frontdoor_ts); skipped while the lock is unchanged
+npm-deps: ## npm ci where a package.json is (repo root, tests/interop, tests/frontdoor_ts, clients/typescript); skipped while the lock is unchanged
 	@for d in $(NPM_DIRS); do \
 	  done_marker="$${d}node_modules/.package-lock.json"; \
 	  if [ -f "$$done_marker" ] && [ "$$done_marker" -nt "$${d}package.json" ] \
@@ -73,29 +80,56 @@ npm-deps: ## npm ci where a package.json is (repo root, tests/interop, tests/fro
 	  touch "$$done_marker"; \
 	done
 
+.PHONY: client-deps
+client-deps: npm-deps ## Install Go, protoc and the Go gRPC sources from Debian (apt-get) when missing
+	@missing=""; \
+	for deb in $(GO_DEBS); do \
+	  dpkg-query -W -f='$${Status}' "$$deb" 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$deb"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian packages for the Go client and protoc:$$missing"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -q; \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	  else echo "the Go client and make proto need these Debian packages:$$missing" >&2; exit 1; fi; \
+	fi
+
 # ------------------------------------------------------------------ lead's targets
 
+# Generated code of every client; `make proto-check` fails when it differs from the checkout.
+GENERATED := proto clients/typescript/src/gen clients/go/gen
+
 .PHONY: proto
-proto: ## Regenerate the Python code of proto/ (scripts/gen-proto.sh)
-	scripts/gen-proto.sh
+proto: pydeps client-deps ## Regenerate Python (proto/), TypeScript and Go client code (scripts/gen-proto.sh)
+	PYTHON=$(PYTHON) scripts/gen-proto.sh
 
 .PHONY: proto-check
-proto-check: npm-deps ## Fail when the generated code of proto/ is stale; buf lint the contract
-	scripts/gen-proto.sh >/dev/null
-	git diff --exit-code --stat -- proto || { echo "proto/ generated code is stale: run make proto and commit" >&2; exit 1; }
-	test -z "$$(git status --porcelain --untracked-files=all -- proto)" || { git status --short -- proto; echo "untracked generated files in proto/" >&2; exit 1; }
-	cd proto && ../node_modules/.bin/buf lint
+proto-check: pydeps client-deps ## Fail when generated code is stale; buf lint and buf breaking the contract
+	PYTHON=$(PYTHON) scripts/gen-proto.sh >/dev/null
+	git diff --exit-code --stat -- $(GENERATED) || { echo "generated code is stale: run make proto and commit" >&2; exit 1; }
+	test -z "$$(git status --porcelain --untracked-files=all -- $(GENERATED))" || { git status --short -- $(GENERATED); echo "untracked generated files" >&2; exit 1; }
+	cd proto && ../$(BUF) lint && ../$(BUF) breaking --against baseline.binpb
+
+.PHONY: proto-baseline
+proto-baseline: npm-deps ## Move the buf breaking baseline to the current protos (an intended API break)
+	cd proto && ../$(BUF) build --exclude-source-info -o baseline.binpb
+	@echo "proto/baseline.binpb moved: commit it with a message naming the incompatible change"
 
 .PHONY: lint
-lint: pydeps npm-deps ## ruff (with C901, Google docstrings), mypy --strict, import-linter, module size, buf lint
-	$(PYTHON) -m ruff check server client sandbox-image/guest tests examples bench scripts
+lint: pydeps npm-deps ## ruff (C901, Google docstrings), mypy --strict, import-linter, module size, buf lint + breaking, tsc, gofmt
+	$(PYTHON) -m ruff check server client clients/python sandbox-image/guest tests examples bench scripts
 	MYPYPATH=$(DEV_PYTHONPATH) $(PYTHON) -m mypy
 	PYTHONPATH=$(DEV_PYTHONPATH):scripts $(PYTHON) -c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())" --no-cache
 	$(PYTHON) scripts/check_module_size.py
-	cd proto && ../node_modules/.bin/buf lint
+	cd proto && ../$(BUF) lint && ../$(BUF) breaking --against baseline.binpb
+	clients/typescript/node_modules/.bin/tsc -p clients/typescript --noEmit
+	@if command -v gofmt >/dev/null 2>&1; then \
+	  unformatted="$$(gofmt -l clients/go)"; \
+	  test -z "$$unformatted" || { echo "gofmt needed: $$unformatted" >&2; exit 1; }; \
+	else echo "gofmt not found (make client-deps): Go formatting not checked" >&2; fi
 
 .PHONY: test
-test: setup ## Run the test suite (after setup): unit, integration (real Docker cells), interop (Node client)
+test: setup ## Run the test suite (after setup): unit, integration (real Docker cells), client conformance (Python/TS/Go)
 	TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q
 
 .PHONY: test-fast
@@ -120,4 +154,4 @@ bench: setup ## Exec latency, suspend->resume and 500-tool search beside their b
 
 .PHONY: clean
 clean: ## Remove build/ (build context, stamps); images and the rootfs cache stay
-	rm -rf build
+	rm -rf build clients/typescript/dist clients/go/bin
