@@ -47,12 +47,15 @@ CHANNELS = {
     "console": "console.log('x'.repeat(100))",
     "mixed": "[text, (v) => json([v]), console.error][i % 3]('y'.repeat(100))",
 }
-#: How the program ends after the flood, with the status and code it must keep.
+#: How the program ends after the flood, with the status and code it must keep,
+#: and the leg's timeoutMs. Only "times out" needs a short deadline: the memory
+#: loop needs about 0.5 s of CPU, which takes several seconds on a loaded
+#: machine (cells get one CPU), and with 3 s it timed out there instead.
 ENDINGS = {
-    "returns": ("return 'done';", "completed", None),
-    "throws": ("throw new Error('after the flood');", "failed", "internal_error"),
-    "times out": ("for (;;) {}", "failed", "timeout"),
-    "exhausts memory": ("const a = []; for (;;) a.push('z'.repeat(4096) + a.length);", "failed", "runtime_unavailable"),
+    "returns": ("return 'done';", "completed", None, 3000),
+    "throws": ("throw new Error('after the flood');", "failed", "internal_error", 3000),
+    "times out": ("for (;;) {}", "failed", "timeout", 3000),
+    "exhausts memory": ("const a = []; for (;;) a.push('z'.repeat(4096) + a.length);", "failed", "runtime_unavailable", 30000),
 }
 
 
@@ -61,9 +64,9 @@ ENDINGS = {
 async def test_output_flood_ends_with_marker_on_every_channel_and_outcome(client: CellblockClient, scope: Scope, channel: str, ending: str) -> None:
     """SPEC §9 rules 4-5, 9: whichever channel crosses the budget, and however the leg ends."""
     await client.put_catalog(scope, TOOLS)
-    tail, status, code = ENDINGS[ending]
+    tail, status, code, timeout_ms = ENDINGS[ending]
     program = f"for (let i = 0; i < 120; i++) {CHANNELS[channel]};\n{tail}"
-    limits = LimitOverrides(max_output_bytes=4096, timeout_ms=3000, memory_limit_bytes=16 * 1024 * 1024)
+    limits = LimitOverrides(max_output_bytes=4096, timeout_ms=timeout_ms, memory_limit_bytes=16 * 1024 * 1024)
     result = await client.exec(scope, tool_call_id="flood", code=program, handlers=HANDLERS, limits=limits)
     assert result.status == status and result.code == code, result.raw_json[:400]
     output = _model_output(result)
