@@ -219,6 +219,9 @@ def test_metrics_counts_histograms_and_suspended_gauge() -> None:
     reader = InMemoryMetricReader()
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
     registry = RunRegistry()
+    # The gauge sums every live registry of the process: registries of earlier tests'
+    # services (not yet collected) must not count in this one.
+    _metrics._registries.clear()
     _metrics.observe_registry(registry)
     run = Run(run_id="run_x", session_id="s", agent_run_id="a", tool_call_id="t", turn_id="", replay_id="replay_x", limits=None, restart_safe=False, view=None, budget=OutputBudget(1000))
     run.suspended = True
