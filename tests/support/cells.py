@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 from cellblock.server.app import Service
 from cellblock.server.cells import DockerExecutor
+
+#: The cell image of the integration tests.
+IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
+#: OCI runtime of every cell in the session (``runsc`` for gVisor: ``make test-runsc``).
+OCI_RUNTIME = os.environ.get("CELLBLOCK_OCI_RUNTIME") or None
 
 
 def leg_cells(service: Service) -> list[str]:
