@@ -1,7 +1,9 @@
-"""The Kubernetes executor against KubernetesApiDouble (tests/support/k8s_double.py), a test double of the
-API server and kubelet: this machine cannot run a cluster. Everything else is real: the control service
-over gRPC, the guest agent process the double's "kubelet" starts with exactly the pod's env, and the TCP
-bridge it dials (SPEC §16.3). ``make test-k8s`` runs the same executor against a real cluster."""
+"""The Kubernetes executor against KubernetesApiDouble, a test double of the API server and kubelet.
+
+This machine cannot run a cluster (tests/support/k8s_double.py). Everything else is real: the control
+service over gRPC, the guest agent process the double's "kubelet" starts with exactly the pod's env,
+and the TCP bridge it dials (SPEC §16.3). ``make test-k8s`` runs the same executor against a real cluster.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The TCP bridge with a real cell: the cell image, locked down by the same lockdown, under the Kubernetes
-seccomp profile (the Docker one plus AF_INET/AF_INET6 sockets), dials a BridgeListener and runs a leg.
+"""The TCP bridge with a real cell, under the Kubernetes seccomp profile.
 
-Docker's host network stands in for the pod network (the only change to the Docker options besides the
-profile and the bridge variables): this is what a cell pod does on a cluster (SPEC §16.3 item 2)."""
+The cell image, locked down by the same lockdown, under the Kubernetes seccomp profile (the Docker
+one plus AF_INET/AF_INET6 sockets), dials a BridgeListener and runs a leg. Docker's host network
+stands in for the pod network (the only change to the Docker options besides the profile and the
+bridge variables): this is what a cell pod does on a cluster (SPEC §16.3 item 2).
+"""
 
 from __future__ import annotations
 

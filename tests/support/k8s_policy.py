@@ -35,54 +35,50 @@ def restricted_violations(obj: dict[str, Any]) -> list[str]:
     if spec is None:
         return []
     name = f"{obj.get('kind')}/{obj.get('metadata', {}).get('name', '?')}"
-    out: list[str] = []
     psc = spec.get("securityContext") or {}
-    for key in ("hostNetwork", "hostPID", "hostIPC"):
-        if spec.get(key):
-            out.append(f"{name}: {key}")
+    out = _pod_violations(name, spec, psc)
+    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or []), *(spec.get("ephemeralContainers") or [])]
+    for c in containers:
+        out += _container_violations(f"{name} container {c.get('name')}", c, psc)
+    return out
+
+
+def _pod_violations(name: str, spec: dict[str, Any], psc: dict[str, Any]) -> list[str]:
+    out = [f"{name}: {key}" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key)]
     for volume in spec.get("volumes") or []:
         kinds = set(volume) - {"name"}
         if not kinds <= RESTRICTED_VOLUMES:
             out.append(f"{name}: volume {volume.get('name')} of type {sorted(kinds)}")
-    for sysctl in psc.get("sysctls") or []:
-        if sysctl.get("name") not in _SAFE_SYSCTLS:
-            out.append(f"{name}: sysctl {sysctl.get('name')}")
+    out += [f"{name}: sysctl {s.get('name')}" for s in psc.get("sysctls") or [] if s.get("name") not in _SAFE_SYSCTLS]
     if (psc.get("seLinuxOptions") or {}).get("type") not in (None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"):
         out.append(f"{name}: seLinuxOptions.type")
     if (psc.get("appArmorProfile") or {}).get("type") == "Unconfined":
         out.append(f"{name}: appArmorProfile Unconfined")
     if psc.get("runAsUser") == 0:
         out.append(f"{name}: pod runAsUser 0")
-    pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
-    if pod_seccomp == "Unconfined":
+    if (psc.get("seccompProfile") or {}).get("type") == "Unconfined":
         out.append(f"{name}: pod seccompProfile Unconfined")
-    containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or []), *(spec.get("ephemeralContainers") or [])]
-    for c in containers:
-        cname = f"{name} container {c.get('name')}"
-        csc = c.get("securityContext") or {}
-        if csc.get("privileged"):
-            out.append(f"{cname}: privileged")
-        if (csc.get("windowsOptions") or {}).get("hostProcess"):
-            out.append(f"{cname}: hostProcess")
-        if any(p.get("hostPort") for p in c.get("ports") or []):
-            out.append(f"{cname}: hostPort")
-        if csc.get("procMount") not in (None, "Default"):
-            out.append(f"{cname}: procMount")
-        if csc.get("allowPrivilegeEscalation") is not False:
-            out.append(f"{cname}: allowPrivilegeEscalation must be false")
-        if not (csc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and csc.get("runAsNonRoot") is not False)):
-            out.append(f"{cname}: runAsNonRoot must be true")
-        if csc.get("runAsUser") == 0:
-            out.append(f"{cname}: runAsUser 0")
-        seccomp = (csc.get("seccompProfile") or {}).get("type") or pod_seccomp
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            out.append(f"{cname}: seccompProfile must be RuntimeDefault or Localhost (is {seccomp})")
-        caps = csc.get("capabilities") or {}
-        if "ALL" not in (caps.get("drop") or []):
-            out.append(f"{cname}: capabilities must drop ALL")
-        if set(caps.get("add") or []) - {"NET_BIND_SERVICE"}:
-            out.append(f"{cname}: capabilities add {caps.get('add')}")
     return out
+
+
+def _container_violations(cname: str, c: dict[str, Any], psc: dict[str, Any]) -> list[str]:
+    csc = c.get("securityContext") or {}
+    caps = csc.get("capabilities") or {}
+    seccomp = (csc.get("seccompProfile") or {}).get("type") or (psc.get("seccompProfile") or {}).get("type")
+    non_root = csc.get("runAsNonRoot") is True or (psc.get("runAsNonRoot") is True and csc.get("runAsNonRoot") is not False)
+    checks = [
+        (bool(csc.get("privileged")), "privileged"),
+        (bool((csc.get("windowsOptions") or {}).get("hostProcess")), "hostProcess"),
+        (any(p.get("hostPort") for p in c.get("ports") or []), "hostPort"),
+        (csc.get("procMount") not in (None, "Default"), "procMount"),
+        (csc.get("allowPrivilegeEscalation") is not False, "allowPrivilegeEscalation must be false"),
+        (not non_root, "runAsNonRoot must be true"),
+        (csc.get("runAsUser") == 0, "runAsUser 0"),
+        (seccomp not in ("RuntimeDefault", "Localhost"), f"seccompProfile must be RuntimeDefault or Localhost (is {seccomp})"),
+        ("ALL" not in (caps.get("drop") or []), "capabilities must drop ALL"),
+        (bool(set(caps.get("add") or []) - {"NET_BIND_SERVICE"}), f"capabilities add {caps.get('add')}"),
+    ]
+    return [f"{cname}: {text}" for failed, text in checks if failed]
 
 
 def selects(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:

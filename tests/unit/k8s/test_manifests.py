@@ -1,6 +1,9 @@
-"""k8s/: every overlay renders with kustomize, validates strictly against the Kubernetes schemas offline,
-passes the restricted Pod Security profile where its namespace enforces it, and the NetworkPolicies
-leave cells no way in or out but their replica's bridge port (SPEC §15 item 1, §16.3)."""
+"""k8s/: every overlay renders, validates and passes the project's policy checks.
+
+Rendered with kustomize, validated strictly against the Kubernetes schemas offline, checked against
+the restricted Pod Security profile where its namespace enforces it, and the NetworkPolicies leave
+cells no way in or out but their replica's bridge port (SPEC §15 item 1, §16.3).
+"""
 
 from __future__ import annotations
 

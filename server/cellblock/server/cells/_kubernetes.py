@@ -108,7 +108,7 @@ class KubernetesExecutor(Executor):
             if self.config.api_url:
                 configuration.host = self.config.api_url
             elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                config.load_incluster_config(client_configuration=configuration)
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]  # untyped in kubernetes_asyncio
             else:
                 await config.load_kube_config(client_configuration=configuration)
             self._api = client.ApiClient(configuration)
