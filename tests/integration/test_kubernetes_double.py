@@ -26,7 +26,8 @@ from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
-from cellblock.server.cells import HELLO_TIMEOUT_S, BridgeTls, CellSpec, CellStartError, KubernetesExecutor, KubernetesExecutorConfig, Owner
+from cellblock.server.cells import BridgeTls, CellSpec, CellStartError, KubernetesExecutor, KubernetesExecutorConfig, Owner
+from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S
 from tests.support.k8s_double import KubernetesApiDouble
 from tests.support.k8s_policy import restricted_violations
 
@@ -148,7 +149,7 @@ async def test_an_unauthenticated_bridge_connection_is_closed_within_two_seconds
             pass
         finally:
             sock.close()
-        assert time.monotonic() - started < HELLO_TIMEOUT_S + 1.0
+        assert time.monotonic() - started < BRIDGE_HELLO_TIMEOUT_S + 1.0
         # 2. An Attach stream that sends nothing: aborted at the hello timeout.
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = pb_grpc.BridgeServiceStub(channel)
@@ -162,7 +163,7 @@ async def test_an_unauthenticated_bridge_connection_is_closed_within_two_seconds
                 async for _ in stub.Attach(never()):
                     pass
             assert err.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-            assert time.monotonic() - started < HELLO_TIMEOUT_S + 1.0
+            assert time.monotonic() - started < BRIDGE_HELLO_TIMEOUT_S + 1.0
             # 3. A wrong token, then the right one twice: only the first right one attaches.
             for token, expected in (("f" * 64, grpc.StatusCode.PERMISSION_DENIED), (bridge.token, None), (bridge.token, grpc.StatusCode.PERMISSION_DENIED)):
 

@@ -8,7 +8,7 @@ cell, or the replica's TCP bridge port).
 """
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
-from cellblock.server.cells._bridge import HELLO_TIMEOUT_S, BridgeListener, BridgeTls, CellBridge
+from cellblock.server.cells._bridge import BridgeListener, BridgeTls, CellBridge
 from cellblock.server.cells._docker import DockerExecutor, DockerExecutorConfig, container_options
 from cellblock.server.cells._kubernetes import KubernetesExecutor
 from cellblock.server.cells._kubernetes_pod import KubernetesExecutorConfig, Owner, pod_manifest
@@ -18,7 +18,6 @@ from cellblock.server.cells._process import ProcessExecutor
 
 __all__ = [
     "DEFAULT_LOCKDOWN",
-    "HELLO_TIMEOUT_S",
     "BridgeListener",
     "BridgeTls",
     "Cell",

@@ -10,7 +10,7 @@ Two transports carry the same protocol (SPEC §15 item 1, §16.3 item 2):
   cell, so a cell can only ever reach its own bridge.
 
 Either way a connection must authenticate with its cell's one-time token as its
-first message, within :data:`HELLO_TIMEOUT_S`; a wrong, reused or late token is
+first message, within ``limits.BRIDGE_HELLO_TIMEOUT_S``; a wrong, reused or late token is
 refused (PERMISSION_DENIED / DEADLINE_EXCEEDED) and the connection closed.
 """
 
@@ -31,11 +31,10 @@ import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
+from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S
 
 SOCKET_NAME = "bridge.sock"
-#: Seconds a connection may take to authenticate (SPEC §16.3 item 2).
-HELLO_TIMEOUT_S = 2.0
-_HELLO_TIMEOUT_MS = int(HELLO_TIMEOUT_S * 1000)
+_HELLO_TIMEOUT_MS = int(BRIDGE_HELLO_TIMEOUT_S * 1000)
 _MESSAGE_OPTIONS = [
     ("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
@@ -61,7 +60,7 @@ class _Servicer(pb_grpc.BridgeServiceServicer):
     ) -> AsyncIterator[pb.AttachResponse]:
         iterator = request_iterator.__aiter__()
         try:
-            first = await asyncio.wait_for(iterator.__anext__(), timeout=HELLO_TIMEOUT_S)
+            first = await asyncio.wait_for(iterator.__anext__(), timeout=BRIDGE_HELLO_TIMEOUT_S)
         except StopAsyncIteration:
             return
         except TimeoutError:
