@@ -10,8 +10,10 @@ Two transports carry the same protocol (SPEC §15 item 1, §16.3 item 2):
   cell, so a cell can only ever reach its own bridge.
 
 Either way a connection must authenticate with its cell's one-time token as its
-first message, within ``limits.BRIDGE_HELLO_TIMEOUT_S``; a wrong, reused or late token is
-refused (PERMISSION_DENIED / DEADLINE_EXCEEDED) and the connection closed.
+first message; a wrong or reused token is refused (PERMISSION_DENIED). On the TCP
+port, reachable by every cell pod, a connection that has not authenticated within
+``limits.BRIDGE_HELLO_TIMEOUT_S`` is closed too (DEADLINE_EXCEEDED); a unix socket
+only its own cell can open, and the leg's attach timeout bounds that wait.
 """
 
 from __future__ import annotations
@@ -52,15 +54,16 @@ _TCP_OPTIONS = [
 class _Servicer(pb_grpc.BridgeServiceServicer):
     """Authenticates each ``Attach`` by its first message and pumps it into the cell's bridge."""
 
-    def __init__(self, resolve: Callable[[str], CellBridge | None]) -> None:
+    def __init__(self, resolve: Callable[[str], CellBridge | None], *, hello_timeout_s: float | None) -> None:
         self._resolve = resolve
+        self._hello_timeout_s = hello_timeout_s
 
     async def Attach(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[pb.AttachRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AttachResponse]:
         iterator = request_iterator.__aiter__()
         try:
-            first = await asyncio.wait_for(iterator.__anext__(), timeout=BRIDGE_HELLO_TIMEOUT_S)
+            first = await asyncio.wait_for(iterator.__anext__(), timeout=self._hello_timeout_s)
         except StopAsyncIteration:
             return
         except TimeoutError:
@@ -147,7 +150,7 @@ class CellBridge:
 
     async def _start(self) -> None:
         server = grpc.aio.server(options=_MESSAGE_OPTIONS)
-        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda _token: self), server)
+        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda _token: self, hello_timeout_s=None), server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
@@ -231,7 +234,7 @@ class BridgeListener:
 
     async def _start(self) -> None:
         server = grpc.aio.server(options=_TCP_OPTIONS)
-        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda token: self._bridges.get(_token_key(token))), server)
+        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda token: self._bridges.get(_token_key(token)), hello_timeout_s=BRIDGE_HELLO_TIMEOUT_S), server)
         try:
             if self._tls is not None:
                 self.port = server.add_secure_port(self._bind, self._tls.server_credentials())
