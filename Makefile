@@ -117,7 +117,7 @@ test-runsc: setup ## The isolation and hostile tests with CELLBLOCK_OCI_RUNTIME=
 
 .PHONY: test-runsc-only
 test-runsc-only:
-	CELLBLOCK_OCI_RUNTIME=runsc PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q $(RUNSC_TESTS)
+	CELLBLOCK_OCI_RUNTIME=runsc CELLBLOCK_TEST_TIME_SCALE=2 PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q $(RUNSC_TESTS)
 
 .PHONY: test-k8s
 test-k8s: pydeps ## The k8s tier against the cluster of KUBECONFIG (k8s/README.md); skips, saying why, without it
