@@ -35,8 +35,9 @@ help: ## Show this help
 # ------------------------------------------------------------------ machine + images
 
 .PHONY: engine
-engine: ## Make sure a Docker engine answers (installs docker.io and starts dockerd if needed)
+engine: ## Make sure a Docker engine answers (installs docker.io, starts dockerd) and knows gVisor's runsc
 	scripts/ensure-docker.sh
+	scripts/ensure-runsc.sh
 
 .PHONY: base-image
 base-image: engine ## Build the base image cellblock-base:bookworm from Debian packages (debootstrap)
@@ -45,6 +46,14 @@ base-image: engine ## Build the base image cellblock-base:bookworm from Debian p
 .PHONY: image
 image: engine ## Build the cell image cellblock-cell:dev (fast when nothing changed)
 	sandbox-image/build.sh
+
+.PHONY: control-image
+control-image: image ## Build the control-service image cellblock-control:dev for Kubernetes (no registry)
+	scripts/build-control-image.sh
+
+.PHONY: k8s-profile
+k8s-profile: ## Regenerate k8s/base/seccomp/cellblock-cell.json from sandbox-image/seccomp.json (+ the TCP bridge socket rule)
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -c 'from cellblock.server.cells import DEFAULT_LOCKDOWN as L; import sys; sys.stdout.write(L.seccomp_text(tcp_bridge=True))' > k8s/base/seccomp/cellblock-cell.json
 
 .PHONY: seccomp-selftest
 seccomp-selftest: image ## Check the cell's seccomp profile: needed calls work, removed ones get EPERM
@@ -129,8 +138,24 @@ lint: pydeps npm-deps ## ruff (C901, Google docstrings), mypy --strict, import-l
 	else echo "gofmt not found (make client-deps): Go formatting not checked" >&2; fi
 
 .PHONY: test
-test: setup ## Run the test suite (after setup): unit, integration (real Docker cells), client conformance (Python/TS/Go)
+test: setup ## Run the test suite (after setup): unit, integration (real Docker cells), client conformance (Python/TS/Go), then test-runsc
 	TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q
+	$(MAKE) test-runsc-only PYTHON=$(PYTHON)
+
+# The isolation and hostile tests again with every cell under gVisor (scripts/ensure-runsc.sh).
+RUNSC_TESTS := tests/integration/test_isolation.py tests/integration/test_hostile.py
+
+.PHONY: test-runsc
+test-runsc: setup ## The isolation and hostile tests with CELLBLOCK_OCI_RUNTIME=runsc (gVisor)
+	$(MAKE) test-runsc-only PYTHON=$(PYTHON)
+
+.PHONY: test-runsc-only
+test-runsc-only:
+	CELLBLOCK_OCI_RUNTIME=runsc CELLBLOCK_TEST_TIME_SCALE=2 PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q $(RUNSC_TESTS)
+
+.PHONY: test-k8s
+test-k8s: pydeps ## The k8s tier against the cluster of KUBECONFIG (k8s/README.md); skips, saying why, without it
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -rs -m k8s tests/k8s
 
 .PHONY: test-fast
 test-fast: pydeps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)

@@ -28,23 +28,17 @@ python="${PYTHON:-python3}"
 
 say() { printf 'build-image: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
+# shellcheck source=../scripts/lib.sh
+. "$root/scripts/lib.sh"
 
 docker info >/dev/null 2>&1 || die "no Docker engine answers; run scripts/ensure-docker.sh (make engine) first"
 umask 022
 mkdir -p "$ctx"
 
 # ---------------------------------------------------------------- wheels (lib/)
+cp311_wheel_args
 arch="$(uname -m)"
-case "$arch" in
-    x86_64|aarch64) ;;
-    *) die "unsupported machine architecture $arch (wheels exist for x86_64 and aarch64)" ;;
-esac
-# Debian bookworm has glibc 2.36: every manylinux tag up to 2_36 runs there.
-platform_args=(--platform "manylinux2014_$arch")
-for minor in $(seq 17 36); do platform_args+=(--platform "manylinux_2_${minor}_$arch"); done
-pip_args=(install --quiet --disable-pip-version-check --no-compile --no-deps
-          --only-binary=:all: --implementation cp --python-version 3.11
-          --abi cp311 --abi abi3 --abi none "${platform_args[@]}"
+pip_args=(install --quiet --disable-pip-version-check --no-compile --no-deps "${wheel_args[@]}"
           -r "$here/requirements.txt")
 stamp="$( { cat "$here/requirements.txt"; printf '%s\n' "${pip_args[@]}"; } | sha256sum | cut -c1-64)"
 if [ -f "$ctx/lib/.stamp" ] && [ "$(cat "$ctx/lib/.stamp")" = "$stamp" ]; then

@@ -16,6 +16,8 @@ wait_seconds="${CELLBLOCK_DOCKERD_WAIT:-60}"
 
 say() { printf 'ensure-docker: %s\n' "$*" >&2; }
 die() { say "ERROR: $*"; exit 1; }
+# shellcheck source=lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 engine_answers() { command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; }
 
@@ -37,22 +39,9 @@ if engine_answers; then
 fi
 
 # Installing packages and starting dockerd both need root.
-if [ "$(id -u)" -eq 0 ]; then
-    as_root=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    as_root=(sudo -n)
-else
-    die "no Docker engine answers and this user ($(id -un)) is not root (and has no password-less sudo); start dockerd yourself or rerun as root"
-fi
+need_root "no Docker engine answers (start dockerd yourself or rerun as root)"
 
-if ! command -v dockerd >/dev/null 2>&1; then
-    command -v apt-get >/dev/null 2>&1 || die "dockerd is not installed and apt-get is not available; install a Docker engine first"
-    say "dockerd not found; installing docker.io from Debian packages"
-    export DEBIAN_FRONTEND=noninteractive
-    "${as_root[@]}" apt-get update -q || die "apt-get update failed"
-    "${as_root[@]}" apt-get install -y -q --no-install-recommends docker.io \
-        || die "apt-get install docker.io failed"
-fi
+command -v dockerd >/dev/null 2>&1 || apt_install docker.io
 
 if dockerd_running; then
     say "dockerd is already running but does not answer yet; waiting for it"

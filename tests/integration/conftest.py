@@ -19,8 +19,7 @@ import pytest_asyncio
 from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import DockerExecutor
-
-IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
+from tests.support.cells import IMAGE, OCI_RUNTIME
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +30,8 @@ def docker_client() -> Iterator[docker.DockerClient]:
         client.images.get(IMAGE)
     except Exception as exc:  # noqa: BLE001
         pytest.fail(f"integration tests need a Docker engine and {IMAGE}; run `make image` ({exc})")
+    if OCI_RUNTIME and OCI_RUNTIME not in client.info().get("Runtimes", {}):
+        pytest.fail(f"CELLBLOCK_OCI_RUNTIME={OCI_RUNTIME} is not registered with the Docker engine; run scripts/ensure-runsc.sh (make engine)")
     yield client
     client.close()
 
@@ -43,7 +44,7 @@ def socket_dir() -> Iterator[str]:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def service(docker_client: docker.DockerClient, socket_dir: str) -> AsyncIterator[Service]:
-    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True, "timeoutMs": 8000}, socket_dir=socket_dir)
+    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, oci_runtime=OCI_RUNTIME, code_mode={"enabled": True, "timeoutMs": 8000}, socket_dir=socket_dir)
     svc = await start_service(settings)
     yield svc
     await svc.stop()

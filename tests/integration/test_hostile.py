@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
-from tests.support.cells import leg_cells
+from tests.support.cells import TIME_SCALE, leg_cells
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-TIMEOUT_MS = 2000
+TIMEOUT_MS = int(2000 * TIME_SCALE)
 LIMITS = LimitOverrides(timeout_ms=TIMEOUT_MS, memory_limit_bytes=32 * 1024 * 1024)
 # Deadline + host watchdog grace + cell start and teardown on a loaded 2-core machine.
-HANG_BOUND_S = TIMEOUT_MS / 1000 + 2 + 4
+HANG_BOUND_S = TIMEOUT_MS / 1000 + 2 + 4 * TIME_SCALE
 
 TOOLS = [
     Tool(source="host", owner="core", name="echo"),
@@ -45,7 +45,7 @@ async def _still_serves(client: CellblockClient, scope: Scope) -> None:
     started = time.monotonic()
     result = await client.exec(scope, tool_call_id="after", code="return 40 + 2", handlers={})
     assert result.status == "completed" and result.value == 42, result.raw_json
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 5 * TIME_SCALE
 
 
 TIMEOUTS = {
@@ -89,13 +89,13 @@ MEMORY = {
 @pytest.mark.parametrize("name", list(MEMORY))
 async def test_memory_exhaustion_is_runtime_unavailable_with_the_limit(client: CellblockClient, scope: Scope, name: str) -> None:
     # A generous deadline: the limit, not the clock, must end these programs even on a loaded machine.
-    result, elapsed = await _run(client, scope, MEMORY[name], limits=LimitOverrides(timeout_ms=8000, memory_limit_bytes=32 * 1024 * 1024))
+    result, elapsed = await _run(client, scope, MEMORY[name], limits=LimitOverrides(timeout_ms=int(8000 * TIME_SCALE), memory_limit_bytes=32 * 1024 * 1024))
     assert (result.status, result.code, result.failure_phase) == ("failed", "runtime_unavailable", "host"), result.raw_json
     assert result.error == (
         "cell memory exhausted: the program needed more than its 33554432-byte limit. Page through large tool results or keep less data in the cell."
         " Tool calls that already ran were not undone; check them before retrying."
     )
-    assert elapsed < 8 + 2 + 4
+    assert elapsed < (8 + 2 + 4) * TIME_SCALE
     await _still_serves(client, scope)
 
 
@@ -116,7 +116,7 @@ FLOODS = {
 
 @pytest.mark.parametrize("name", list(FLOODS))
 async def test_output_floods_are_truncated_within_budget(client: CellblockClient, scope: Scope, name: str) -> None:
-    limits = LimitOverrides(timeout_ms=8000, max_output_bytes=8192)
+    limits = LimitOverrides(timeout_ms=int(8000 * TIME_SCALE), max_output_bytes=8192)
     result, _ = await _run(client, scope, FLOODS[name], limits=limits)
     assert result.status == "completed" and result.value == "done", result.raw_json[:300]
     output = json.loads(result.raw_json)["output"]
@@ -126,7 +126,7 @@ async def test_output_floods_are_truncated_within_budget(client: CellblockClient
 
 
 async def test_huge_return_value_is_projected_not_failed(client: CellblockClient, scope: Scope) -> None:
-    result, _ = await _run(client, scope, 'return "z".repeat(5 * 1024 * 1024);', limits=LimitOverrides(timeout_ms=8000, max_output_bytes=4096))
+    result, _ = await _run(client, scope, 'return "z".repeat(5 * 1024 * 1024);', limits=LimitOverrides(timeout_ms=int(8000 * TIME_SCALE), max_output_bytes=4096))
     assert result.status == "completed"
     value = json.loads(result.raw_json)["value"]
     assert value["truncated"] is True and value["omittedBytes"] > 5_000_000
@@ -146,7 +146,7 @@ const settled = await Promise.allSettled(Array.from({length: 1000}, (_, i) => to
 const refused = settled.filter(s => s.status === "rejected");
 return {ok: settled.length - refused.length, refused: refused.length, message: refused[0] && refused[0].reason.message};
 """
-    result, _ = await _run(client, scope, code, handlers={"echo": slow_echo}, limits=LimitOverrides(timeout_ms=8000))
+    result, _ = await _run(client, scope, code, handlers={"echo": slow_echo}, limits=LimitOverrides(timeout_ms=int(8000 * TIME_SCALE)))
     assert result.status == "completed", result.raw_json
     assert result.value == {"ok": 16, "refused": 984, "message": "too many pending host calls (limit 16); await some before starting more."}
     assert len(calls) == 16
@@ -166,7 +166,7 @@ async def test_oversized_tool_result_is_refused_in_the_guest(client: CellblockCl
 
 async def test_oversized_request_is_refused_before_it_is_sent(client: CellblockClient, scope: Scope) -> None:
     code = 'try { await tools.echo({big: "q".repeat(2 * 1024 * 1024)}); return "sent"; } catch (e) { return e.message; }'
-    result, _ = await _run(client, scope, code, limits=LimitOverrides(timeout_ms=8000, max_snapshot_bytes=1024 * 1024))
+    result, _ = await _run(client, scope, code, limits=LimitOverrides(timeout_ms=int(8000 * TIME_SCALE), max_snapshot_bytes=1024 * 1024))
     assert result.value.startswith("this callValue request is ") and result.value.endswith("more than the bridge accepts (1048576 bytes); send less data.")
 
 
@@ -291,7 +291,7 @@ async def test_memory_exhaustion_while_serialising_a_tool_argument_calls_no_tool
         return {"details": "called"}
 
     code = "const r = await tools.echo({s: 'q'.repeat(9 * 1024 * 1024)}); return r;"
-    result, _ = await _run(client, scope, code, handlers={"echo": recording_echo}, limits=LimitOverrides(timeout_ms=8000, memory_limit_bytes=32 * 1024 * 1024))
+    result, _ = await _run(client, scope, code, handlers={"echo": recording_echo}, limits=LimitOverrides(timeout_ms=int(8000 * TIME_SCALE), memory_limit_bytes=32 * 1024 * 1024))
     assert seen == [], "the tool must not run with a corrupted argument"
     assert (result.status, result.code) == ("failed", "runtime_unavailable"), result.raw_json
 

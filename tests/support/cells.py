@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
+import os
+
 from cellblock.server.app import Service
 from cellblock.server.cells import DockerExecutor
+
+#: The cell image of the integration tests.
+IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
+#: OCI runtime of every cell in the session (``runsc`` for gVisor: ``make test-runsc``).
+OCI_RUNTIME = os.environ.get("CELLBLOCK_OCI_RUNTIME") or None
+#: Factor on the hostile tests' leg budgets and their hang bounds: gVisor's ptrace platform makes
+#: every cell start and syscall slower, so ``make test-runsc`` sets 2 (the program's limits and
+#: the bounds scale together; what must end still has to end).
+TIME_SCALE = float(os.environ.get("CELLBLOCK_TEST_TIME_SCALE", "1"))
 
 
 def leg_cells(service: Service) -> list[str]:

@@ -24,7 +24,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cellblock.server.api import Admission, CatalogService, CodeModeService, RunService, ServiceState
-from cellblock.server.cells import DockerExecutor, DockerExecutorConfig, Executor, ProcessExecutor, WarmPool
+from cellblock.server.cells import DockerExecutor, DockerExecutorConfig, Executor, KubernetesExecutor, KubernetesExecutorConfig, ProcessExecutor, WarmPool
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.limits import MAX_API_MESSAGE_BYTES
 from cellblock.server.logging import configure_logging
@@ -43,8 +43,9 @@ class ServerSettings:
     Attributes:
         address: Listen address, e.g. ``127.0.0.1:50051`` or
             ``unix:/run/cellblock.sock`` (``CELLBLOCK_ADDRESS``).
-        executor: ``docker`` (default) or ``process`` (development only; never
-            chosen implicitly) (``CELLBLOCK_EXECUTOR``).
+        executor: ``docker`` (default), ``kubernetes`` (cells as pods, SPEC
+            §16.3) or ``process`` (development only; never chosen implicitly)
+            (``CELLBLOCK_EXECUTOR``).
         image: Cell image for the docker executor (``CELLBLOCK_IMAGE``).
         oci_runtime: OCI runtime for cells, e.g. ``runsc`` (``CELLBLOCK_OCI_RUNTIME``).
         code_mode: The ``codeMode`` configuration section as JSON
@@ -114,17 +115,26 @@ class ServerSettings:
         )
 
 
-def make_executor(settings: ServerSettings) -> Executor:
+def make_executor(settings: ServerSettings, env: dict[str, str] | None = None) -> Executor:
     """Builds the configured executor; unknown names fail at start-up.
 
+    Args:
+        settings: The service settings.
+        env: Where the kubernetes executor reads its ``CELLBLOCK_K8S_*``,
+            ``CELLBLOCK_BRIDGE_*`` and ``CELLBLOCK_POD_*`` variables
+            (default: the process environment).
+
     Raises:
-        ValueError: The executor name is unknown.
+        ValueError: The executor name is unknown, or its settings are invalid.
     """
     if settings.executor == "docker":
         return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime))
+    if settings.executor == "kubernetes":
+        env = dict(os.environ if env is None else env)
+        return KubernetesExecutor(KubernetesExecutorConfig.from_env(env, image=settings.image, runtime_class=env.get("CELLBLOCK_K8S_RUNTIME_CLASS") or None))
     if settings.executor == "process":
         return ProcessExecutor()
-    raise ValueError(f"unknown executor {settings.executor!r}; use docker or process")
+    raise ValueError(f"unknown executor {settings.executor!r}; use docker, kubernetes or process")
 
 
 @dataclass
@@ -205,7 +215,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
         await state.mcp_hub.start()
     # The pool holds cells sized for the configured memory limit; only the
     # docker executor pools (the process executor is for development).
-    pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes) if executor.name == "docker" and settings.warm_pool > 0 else None
+    pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes) if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0 else None
     runner = Runner(config, executor, registry, settings.socket_dir, pool)
     observe_registry(registry)
     server = grpc.aio.server(

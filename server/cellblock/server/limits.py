@@ -137,6 +137,9 @@ ECHO_MAX_CHARS = 200
 ATTACH_TIMEOUT_S = 30.0
 """How long the host waits for a started cell to attach to its bridge, in seconds."""
 
+BRIDGE_HELLO_TIMEOUT_S = 2.0
+"""How long a bridge connection may take to authenticate (its first message, ``hello``), in seconds (SPEC §16.3 item 2)."""
+
 MAX_API_MESSAGE_BYTES = 64 * 1024 * 1024
 """Largest gRPC message of the public API, either direction, in bytes."""
 

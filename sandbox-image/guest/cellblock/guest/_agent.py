@@ -30,7 +30,14 @@ from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.guest._vm import CellVM, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
+#: ``host:port`` of the replica's bridge port (Kubernetes); when set, the agent
+#: dials it over TCP instead of the unix socket.
+ADDRESS_ENV = "CELLBLOCK_BRIDGE_ADDRESS"
 TOKEN_ENV = "CELLBLOCK_CELL_TOKEN"
+#: PEM files for mutual TLS on the TCP bridge (all three, or none), and the
+#: name the replica's certificate carries (pod IPs change; the name does not).
+TLS_ENV = ("CELLBLOCK_BRIDGE_TLS_CA", "CELLBLOCK_BRIDGE_TLS_CERT", "CELLBLOCK_BRIDGE_TLS_KEY")
+TLS_NAME_ENV = "CELLBLOCK_BRIDGE_TLS_NAME"
 # The agent's watchdog ends the process when one VM step runs this long past
 # the leg's deadline (an engine built-in that ignores the interrupt handler).
 WATCHDOG_GRACE_S = 0.75
@@ -231,19 +238,42 @@ class Leg:
         return pb.LegEnd(**outcome)
 
 
+def _channel(env: dict[str, str], options: list[tuple[str, Any]]) -> grpc.aio.Channel:
+    """The bridge channel: the cell's unix socket, or the replica's TCP port (optionally mutual TLS)."""
+    address = env.get(ADDRESS_ENV, "")
+    if not address:
+        return grpc.aio.insecure_channel(f"unix:{env.get(SOCKET_ENV, '/run/cellblock/bridge.sock')}", options=options)
+    paths = [env.get(name, "") for name in TLS_ENV]
+    if not any(paths):
+        return grpc.aio.insecure_channel(address, options=options)
+    if not all(paths):
+        raise ValueError("TLS needs the CA, certificate and key")
+    ca, cert, key = (open(path, "rb").read() for path in paths)  # noqa: SIM115 - small PEM files
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+    name = env.get(TLS_NAME_ENV, "")
+    if name:
+        options = [*options, ("grpc.ssl_target_name_override", name)]
+    return grpc.aio.secure_channel(address, credentials, options=options)
+
+
 async def _amain() -> int:
-    socket_path = os.environ.get(SOCKET_ENV, "/run/cellblock/bridge.sock")
-    token = os.environ.get(TOKEN_ENV, "")
+    env = dict(os.environ)
+    token = env.get(TOKEN_ENV, "")
     # Nothing else of the environment is needed; drop it so no value lingers.
     for key in list(os.environ):
         if key not in ("PATH", "PYTHONPATH", "HOME"):
             del os.environ[key]
-    options = [("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES)]
-    async with grpc.aio.insecure_channel(f"unix:{socket_path}", options=options) as channel:
+    options: list[tuple[str, Any]] = [("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES), ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES)]
+    try:
+        channel = _channel(env, options)
+    except (OSError, ValueError) as exc:
+        print(f"cellblock-guest: bridge TLS material unusable ({exc.__class__.__name__})", file=sys.stderr)
+        return pb.CELL_EXIT_CODE_BRIDGE_UNREACHABLE
+    async with channel:
         try:
             await asyncio.wait_for(channel.channel_ready(), timeout=10)
         except (TimeoutError, grpc.aio.AioRpcError):
-            print("cellblock-guest: bridge socket unreachable", file=sys.stderr)
+            print("cellblock-guest: bridge unreachable", file=sys.stderr)
             return pb.CELL_EXIT_CODE_BRIDGE_UNREACHABLE
         await Leg(token).run(channel)
     return pb.CELL_EXIT_CODE_UNSPECIFIED

@@ -1,18 +1,25 @@
 """Cells: the host side of the trust boundary.
 
 Everything that stands between the service and untrusted code lives here: the executors
-that start locked-down cells (``_docker``, and the explicit-only ``_process``), the warm
-pool (``_pool``), and the bridge server each cell attaches to over its own socket with its
-one-time token (``_bridge``).
+that start locked-down cells (``_docker``, ``_kubernetes``, and the explicit-only
+``_process``) from one lockdown description (``_lockdown``), the warm pool (``_pool``), and
+the bridge each cell attaches to with its one-time token (``_bridge``: a unix socket per
+cell, or the replica's TCP bridge port).
 """
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
-from cellblock.server.cells._bridge import CellBridge
+from cellblock.server.cells._bridge import BridgeListener, BridgeTls, CellBridge
 from cellblock.server.cells._docker import DockerExecutor, DockerExecutorConfig, container_options
+from cellblock.server.cells._kubernetes import KubernetesExecutor
+from cellblock.server.cells._kubernetes_pod import KubernetesExecutorConfig, Owner, pod_manifest
+from cellblock.server.cells._lockdown import DEFAULT_LOCKDOWN, Lockdown
 from cellblock.server.cells._pool import WarmPool
 from cellblock.server.cells._process import ProcessExecutor
 
 __all__ = [
+    "DEFAULT_LOCKDOWN",
+    "BridgeListener",
+    "BridgeTls",
     "Cell",
     "CellBridge",
     "CellSpec",
@@ -20,7 +27,12 @@ __all__ = [
     "DockerExecutor",
     "DockerExecutorConfig",
     "Executor",
+    "KubernetesExecutor",
+    "KubernetesExecutorConfig",
+    "Lockdown",
+    "Owner",
     "ProcessExecutor",
     "WarmPool",
     "container_options",
+    "pod_manifest",
 ]

@@ -11,6 +11,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
+from cellblock.server.cells._bridge import CellBridge
+
 
 class CellStartError(Exception):
     """A cell could not be started; the message is the reason for [R11]."""
@@ -23,7 +25,8 @@ class CellSpec:
     Attributes:
         cell_id: Unique id of the cell (``cell_`` plus 16 hex digits).
         bridge_dir: Host path of the cell's private socket directory; the
-            cell's only mount.
+            cell's only mount (``""`` for TCP bridges, whose address the
+            executor knows).
         cell_token: The one-time bridge token.
         memory_limit_bytes: The run's engine heap limit in bytes; the
             container's own memory limit is derived from it.
@@ -83,6 +86,18 @@ class Executor(abc.ABC):
         Raises:
             CellStartError: With the reason they cannot.
         """
+
+    async def open_bridge(self, base_dir: str) -> CellBridge:
+        """Opens the bridge endpoint for one new cell (before :meth:`start`).
+
+        The default is the unix transport: a private socket directory under
+        ``base_dir`` that the cell's uid alone may use. Executors whose cells
+        reach the host over the network (Kubernetes) override it.
+
+        Raises:
+            OSError: The endpoint could not be created.
+        """
+        return await CellBridge.open(base_dir, socket_uid=self.cell_uid)
 
     @abc.abstractmethod
     async def start(self, spec: CellSpec) -> Cell:

@@ -1,46 +1,79 @@
-"""The host end of one cell's bridge: a gRPC server on the cell's own socket.
+"""The host end of the cells' bridges: gRPC ``BridgeService.Attach``.
 
-Each cell gets a private directory holding one unix socket, bind-mounted into
-its container as the container's only mount. The server accepts exactly one
-``Attach`` stream carrying the one-time cell token; a second attach, or a wrong
-token, is refused with PERMISSION_DENIED.
+Two transports carry the same protocol (SPEC §15 item 1, §16.3 item 2):
+
+- **unix** (Docker, process): each cell gets a private directory holding one
+  unix socket, bind-mounted into its container as its only mount; one gRPC
+  server per cell.
+- **tcp** (Kubernetes): one :class:`BridgeListener` per replica on its bridge
+  port, shared by all of the replica's cells. The ``hello``'s token selects the
+  cell, so a cell can only ever reach its own bridge.
+
+Either way a connection must authenticate with its cell's one-time token as its
+first message; a wrong or reused token is refused (PERMISSION_DENIED). On the TCP
+port, reachable by every cell pod, a connection that has not authenticated within
+``limits.BRIDGE_HELLO_TIMEOUT_S`` is closed too (DEADLINE_EXCEEDED); a unix socket
+only its own cell can open, and the leg's attach timeout bounds that wait.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
+from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S
 
 SOCKET_NAME = "bridge.sock"
+_HELLO_TIMEOUT_MS = int(BRIDGE_HELLO_TIMEOUT_S * 1000)
+_MESSAGE_OPTIONS = [
+    ("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
+]
+#: TCP listener options: a connection that never completes the HTTP/2
+#: handshake, or holds no stream, is closed after the hello timeout.
+_TCP_OPTIONS = [
+    *_MESSAGE_OPTIONS,
+    ("grpc.server_handshake_timeout_ms", _HELLO_TIMEOUT_MS),
+    ("grpc.max_connection_idle_ms", _HELLO_TIMEOUT_MS),
+    ("grpc.so_reuseport", 0),
+]
 
 
 class _Servicer(pb_grpc.BridgeServiceServicer):
-    def __init__(self, bridge: CellBridge) -> None:
-        self._bridge = bridge
+    """Authenticates each ``Attach`` by its first message and pumps it into the cell's bridge."""
+
+    def __init__(self, resolve: Callable[[str], CellBridge | None], *, hello_timeout_s: float | None) -> None:
+        self._resolve = resolve
+        self._hello_timeout_s = hello_timeout_s
 
     async def Attach(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[pb.AttachRequest], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.AttachResponse]:
-        bridge = self._bridge
         iterator = request_iterator.__aiter__()
         try:
-            first = await iterator.__anext__()
+            first = await asyncio.wait_for(iterator.__anext__(), timeout=self._hello_timeout_s)
         except StopAsyncIteration:
             return
+        except TimeoutError:
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no hello within the bridge's authentication timeout")
         if first.WhichOneof("message") != "hello":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first bridge message must be hello")
-        if bridge.token_used or not hmac.compare_digest(first.hello.cell_token, bridge.token):
+        bridge = self._resolve(first.hello.cell_token)
+        if bridge is None or bridge.token_used or not hmac.compare_digest(first.hello.cell_token, bridge.token):
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, "invalid or reused cell token")
+        assert bridge is not None
         bridge.token_used = True
         bridge.engine_build_id = first.hello.engine_build_id
         bridge.attached.set()
@@ -69,15 +102,15 @@ class CellBridge:
     """The bridge endpoint of one cell.
 
     Attributes:
-        directory: Host path of the cell's private socket directory; mount it
-            into the cell, and nothing else.
+        directory: Host path of the cell's private socket directory (unix
+            transport; mount it into the cell, and nothing else); ``""`` on TCP.
         token: The one-time cell token (64 hex digits) to pass to the cell.
         inbox: Guest messages in arrival order; ``None`` marks the stream's end.
         outbox: Host messages to send; ``None`` closes the stream.
         attached: Set once the cell authenticated.
     """
 
-    def __init__(self, directory: str, *, socket_uid: int) -> None:
+    def __init__(self, directory: str = "", *, socket_uid: int = -1) -> None:
         self.directory = directory
         self.token = secrets.token_hex(32)
         self.token_used = False
@@ -87,6 +120,7 @@ class CellBridge:
         self.attached = asyncio.Event()
         self._socket_uid = socket_uid
         self._server: grpc.aio.Server | None = None
+        self._on_close: Callable[[], None] | None = None
 
     @property
     def socket_path(self) -> str:
@@ -95,7 +129,7 @@ class CellBridge:
 
     @classmethod
     async def open(cls, base_dir: str, *, socket_uid: int) -> CellBridge:
-        """Creates the cell's socket directory and starts its bridge server.
+        """Creates the cell's socket directory and starts its bridge server (unix transport).
 
         Args:
             base_dir: Parent directory for per-cell socket directories.
@@ -115,12 +149,8 @@ class CellBridge:
         return bridge
 
     async def _start(self) -> None:
-        options = [
-            ("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
-        ]
-        server = grpc.aio.server(options=options)
-        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(self), server)
+        server = grpc.aio.server(options=_MESSAGE_OPTIONS)
+        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda _token: self, hello_timeout_s=None), server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
@@ -135,9 +165,105 @@ class CellBridge:
         self.outbox.put_nowait(msg)
 
     async def close(self) -> None:
-        """Stops the server and removes the socket directory. Idempotent."""
+        """Ends the cell's stream, stops its transport and removes its socket directory. Idempotent."""
         self.outbox.put_nowait(None)
+        if self._on_close is not None:
+            on_close, self._on_close = self._on_close, None
+            on_close()
         if self._server is not None:
             server, self._server = self._server, None
             await server.stop(grace=0.2)
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class BridgeTls:
+    """PEM files for a TCP bridge with mutual TLS (SPEC §16.3 item 2).
+
+    Attributes:
+        ca: CA that signed the cells' client certificate (and the server's).
+        cert: The replica's server certificate chain.
+        key: The replica's private key.
+    """
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Server credentials that require a client certificate signed by :attr:`ca`."""
+        pair = (Path(self.key).read_bytes(), Path(self.cert).read_bytes())
+        return grpc.ssl_server_credentials([pair], root_certificates=Path(self.ca).read_bytes(), require_client_auth=True)
+
+
+def _token_key(token: str) -> bytes:
+    # Cells are looked up by a digest of the token, never by comparing secrets
+    # byte by byte (the final check is hmac.compare_digest).
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class BridgeListener:
+    """The replica's TCP bridge port, shared by every cell it starts (Kubernetes, SPEC §16.3 item 2).
+
+    Args:
+        bind: ``host:port`` to listen on (port 0 picks one).
+        tls: Mutual TLS material; ``None`` serves plain TCP (token only).
+
+    Attributes:
+        port: The bound port (after :meth:`start`).
+    """
+
+    def __init__(self, bind: str, *, tls: BridgeTls | None = None) -> None:
+        self._bind = bind
+        self._tls = tls
+        self._bridges: dict[bytes, CellBridge] = {}
+        self._server: grpc.aio.Server | None = None
+        self._starting = asyncio.Lock()
+        self.port = 0
+
+    async def start(self) -> None:
+        """Binds the port and starts serving; concurrent and repeated calls bind once.
+
+        Raises:
+            OSError: The port could not be bound, or the TLS files cannot be read.
+        """
+        async with self._starting:
+            if self._server is None:
+                await self._start()
+
+    async def _start(self) -> None:
+        server = grpc.aio.server(options=_TCP_OPTIONS)
+        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda token: self._bridges.get(_token_key(token)), hello_timeout_s=BRIDGE_HELLO_TIMEOUT_S), server)
+        try:
+            if self._tls is not None:
+                self.port = server.add_secure_port(self._bind, self._tls.server_credentials())
+            else:
+                self.port = server.add_insecure_port(self._bind)
+        except RuntimeError as exc:
+            raise OSError(f"the bridge port {self._bind} could not be bound ({exc})") from None
+        await server.start()
+        self._server = server
+
+    def open(self) -> CellBridge:
+        """Registers a new cell bridge (its own one-time token) on this port."""
+        bridge = CellBridge()
+        key = _token_key(bridge.token)
+        self._bridges[key] = bridge
+
+        def forget() -> None:
+            self._bridges.pop(key, None)
+
+        bridge._on_close = forget
+        return bridge
+
+    @property
+    def open_bridges(self) -> int:
+        """Bridges registered and not yet closed."""
+        return len(self._bridges)
+
+    async def close(self) -> None:
+        """Stops the port; cells still attached lose their stream."""
+        if self._server is not None:
+            server, self._server = self._server, None
+            await server.stop(grace=0.2)

@@ -19,9 +19,8 @@ import docker
 import docker.errors
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.cells._lockdown import BRIDGE_SOCKET_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, Lockdown
 
-#: uid:gid of the cell user baked into the image (sandbox-image/Dockerfile).
-CELL_UID = 65532
 #: Stopped cells older than this are orphans of a dead service (Docker duration).
 ORPHAN_AGE = "10m"
 #: Threads for Docker API calls, and for cells' exit waiters (one per live cell).
@@ -32,8 +31,6 @@ CELL_BRIDGE_MOUNT = "/run/cellblock"
 CELL_LABEL = "io.cellblock.cell"
 #: Names the service instance that started a cell (one random id per executor).
 INSTANCE_LABEL = "io.cellblock.instance"
-_REPO_ROOT = Path(__file__).resolve().parents[4]
-DEFAULT_SECCOMP_PROFILE = _REPO_ROOT / "sandbox-image" / "seccomp.json"
 
 
 @dataclass(frozen=True)
@@ -45,58 +42,67 @@ class DockerExecutorConfig:
         runtime: OCI runtime name, e.g. ``runsc`` for gVisor; ``None`` uses the
             engine's default (runc). A named runtime that the engine lacks
             fails closed with ``runtime_unavailable``.
-        seccomp_profile: Path of the cell's seccomp profile (JSON). Missing
-            fails closed.
-        nano_cpus: CPU quota in billionths of a CPU (1e9 = one core).
-        pids_limit: Most processes and threads in the container.
-        overhead_memory_bytes: Memory above the engine heap limit for the
-            guest agent (Python, wasmtime, grpcio), in bytes. The container's
-            memory limit (swap included) is heap limit + this.
+        lockdown: The cell lockdown (:mod:`._lockdown`): seccomp profile
+            (missing fails closed), uid, CPU/pids/memory limits.
         docker_base_url: Docker Engine API address; ``None`` uses the
             environment (DOCKER_HOST or the local socket).
     """
 
     image: str = "cellblock-cell:dev"
     runtime: str | None = None
-    seccomp_profile: Path = DEFAULT_SECCOMP_PROFILE
-    nano_cpus: int = 1_000_000_000
-    pids_limit: int = 64
-    overhead_memory_bytes: int = 192 * 1024 * 1024
+    lockdown: Lockdown = DEFAULT_LOCKDOWN
     docker_base_url: str | None = None
     extra_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def seccomp_profile(self) -> Path:
+        """Path of the cell's seccomp profile (JSON)."""
+        return Path(self.lockdown.seccomp_profile)
+
+    @property
+    def pids_limit(self) -> int:
+        """Most processes and threads in a cell."""
+        return self.lockdown.pids_limit
 
 
 def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json: str, instance_id: str = "") -> dict[str, Any]:
     """Returns the docker-py ``containers.create`` options for one cell.
 
-    The mapping is one-to-one with DESIGN.md §3's container row: no network,
-    read-only root, non-root user, no capabilities, no-new-privileges, the
-    cell's own seccomp profile, pids/memory (swap included)/CPU limits, no
-    host environment, no devices, private IPC, and the cell's socket
-    directory as the only mount.
+    Every option derives from ``config.lockdown`` (DESIGN.md §3's container
+    row, SPEC §15 item 1): no network, read-only root, non-root user, no
+    capabilities, no-new-privileges, the cell's own seccomp profile,
+    pids/memory (swap included)/CPU limits, no host environment, no devices,
+    private IPC, and the cell's socket directory as the only mount.
     """
-    memory = spec.memory_limit_bytes + config.overhead_memory_bytes
+    lock = config.lockdown
+    memory = lock.memory_bytes(spec.memory_limit_bytes)
+    security_opt = [f"seccomp={seccomp_json}"]
+    if lock.no_new_privileges:
+        security_opt.insert(0, "no-new-privileges:true")
     options: dict[str, Any] = {
         "image": config.image,
         "name": f"cellblock-{spec.cell_id}",
         "detach": True,
+        # Docker cells reach their bridge over the mounted socket: no network at all.
         "network_mode": "none",
-        "read_only": True,
-        "user": f"{CELL_UID}:{CELL_UID}",
-        "cap_drop": ["ALL"],
-        "security_opt": ["no-new-privileges:true", f"seccomp={seccomp_json}"],
-        "pids_limit": config.pids_limit,
+        "read_only": lock.read_only_root,
+        "user": f"{lock.uid}:{lock.uid}",
+        "cap_drop": list(lock.drop_capabilities),
+        "security_opt": security_opt,
+        "privileged": lock.privileged,
+        "pids_limit": lock.pids_limit,
         "mem_limit": memory,
         "memswap_limit": memory,
-        "nano_cpus": config.nano_cpus,
-        "ipc_mode": "private",
+        "nano_cpus": lock.cpu_millis * 1_000_000,
+        "ipc_mode": lock.ipc,
         "environment": {
-            "CELLBLOCK_BRIDGE_SOCKET": f"{CELL_BRIDGE_MOUNT}/bridge.sock",
-            "CELLBLOCK_CELL_TOKEN": spec.cell_token,
+            BRIDGE_SOCKET_ENV: f"{CELL_BRIDGE_MOUNT}/bridge.sock",
+            CELL_TOKEN_ENV: spec.cell_token,
         },
         "volumes": {spec.bridge_dir: {"bind": CELL_BRIDGE_MOUNT, "mode": "rw"}},
         "labels": {CELL_LABEL: spec.cell_id, INSTANCE_LABEL: instance_id, **config.extra_labels},
-        "devices": [],
+        "devices": list(lock.devices),
+        "tmpfs": {"/tmp": "ro,size=4k,mode=1777"} if lock.read_only_tmp else {},
         "init": False,
     }
     if config.runtime:
@@ -162,7 +168,7 @@ class DockerExecutor(Executor):
 
     @property
     def cell_uid(self) -> int:
-        return CELL_UID
+        return self.config.lockdown.uid
 
     def _docker(self) -> Any:
         if self._client is None:

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from cellblock.server.cells import CellBridge
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
+from cellblock.server.cells._bridge import CellBridge
 from cellblock.server.limits import ATTACH_TIMEOUT_S
 
 log = structlog.get_logger("cellblock.pool")
@@ -99,6 +99,10 @@ class WarmPool:
         """Containers the pool owns (starting or ready), not serving any leg."""
         return {f"cellblock-{cell_id}" for cell_id in self._owned}
 
+    def idle_cell_ids(self) -> set[str]:
+        """Cell ids the pool owns (starting or ready), not serving any leg."""
+        return set(self._owned)
+
     async def _drop(self, warm: WarmCell) -> None:
         self._owned.discard(warm.cell.cell_id)
         await warm.destroy()
@@ -122,7 +126,7 @@ class WarmPool:
     async def _start_one(self) -> None:
         warm: WarmCell | None = None
         try:
-            bridge = await CellBridge.open(self._socket_base, socket_uid=self._executor.cell_uid)
+            bridge = await self._executor.open_bridge(self._socket_base)
             spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=self.memory_limit_bytes)
             self._owned.add(spec.cell_id)
             try:

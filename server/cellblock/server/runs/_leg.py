@@ -122,7 +122,7 @@ class Leg(SettleLoop):
                 self._bridge, self._cell = warm.bridge, warm.cell
             else:
                 try:
-                    self._bridge = await CellBridge.open(self.socket_base, socket_uid=self.executor.cell_uid)
+                    self._bridge = await self.executor.open_bridge(self.socket_base)
                 except OSError as exc:
                     return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
                 spec = CellSpec(cell_id=cell_id, bridge_dir=self._bridge.directory, cell_token=self._bridge.token, memory_limit_bytes=run.limits.memory_limit_bytes)
