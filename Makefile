@@ -158,7 +158,7 @@ test-k8s: pydeps ## The k8s tier against the cluster of KUBECONFIG (k8s/README.m
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -rs -m k8s tests/k8s
 
 .PHONY: test-fast
-test-fast: pydeps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)
+test-fast: pydeps client-deps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -m "not docker and not k8s"
 
 .PHONY: demo
