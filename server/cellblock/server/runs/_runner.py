@@ -165,7 +165,7 @@ class Runner:
         Args:
             session_id: The scope's session id.
             agent_run_id: The scope's agent run id.
-            arguments_json: The model's wait arguments, verbatim (SPEC §5.3).
+            arguments_json: The model's wait arguments, verbatim (SPEC §5.2).
             ports: The leg's port (the stream and its event queue).
             telemetry: Returns the scope's telemetry object.
 
