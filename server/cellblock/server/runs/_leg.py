@@ -163,26 +163,18 @@ class Leg(SettleLoop):
         await self.ports.events.put(CellExited(code))
 
     async def _await_attach(self) -> LegOutcome | None:
-        """Waits for the cell to authenticate, exit, or the caller to cancel."""
+        """Waits for the cell to authenticate, exit, or the caller to cancel (other events wait for the settle loop)."""
         assert self._bridge is not None
-        attached = self._spawn(self._bridge.attached.wait())
-        while not attached.done():
-            get = asyncio.ensure_future(self.ports.events.get())
-            waiting: set[asyncio.Future[Any]] = {attached, get}
-            done, _ = await asyncio.wait(waiting, timeout=ATTACH_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                get.cancel()
-                if not done:
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11("the cell did not attach to its bridge in time"))
-                continue
-            match get.result():
-                case CellExited(code=code):
-                    self._log.error("cell.exited_before_attach", exit_code=code)
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
-                case Cancelled():
-                    return failed(ErrorCode.ABORTED, msg.R07)
-                case event:
-                    await self.ports.events.put(event)
+        try:
+            first = await self.hold_events_until(self._spawn(self._bridge.attached.wait()), ATTACH_TIMEOUT_S)
+        except TimeoutError:
+            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11("the cell did not attach to its bridge in time"))
+        match first:
+            case CellExited(code=code):
+                self._log.error("cell.exited_before_attach", exit_code=code)
+                return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
+            case Cancelled():
+                return failed(ErrorCode.ABORTED, msg.R07)
         return None
 
     async def _attach_and_drive(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
+from typing import Any
 
 import structlog
 from structlog.typing import FilteringBoundLogger
@@ -25,6 +26,7 @@ from cellblock.server.runs._protocol import (
     BridgeMethod,
     Cancelled,
     CancelReason,
+    CellExited,
     ErrorCode,
     HostedSettled,
     LegEvent,
@@ -80,6 +82,42 @@ class SettleLoop:
     def unsettled_timers(self) -> list[PendingRequest]:
         """Timers of the run that have not fired (they keep their due time across legs)."""
         return [p for p in self.run_.pending.values() if p.method is BridgeMethod.TIMER and p.result is None]
+
+    async def hold_events_until(self, ready: asyncio.Future[object], timeout_s: float) -> CellExited | Cancelled | None:
+        """Waits up to ``timeout_s`` for ``ready`` (the cell's attach), keeping other events for later.
+
+        Events other than the cell's exit and a cancel stay on the queue, in arrival order and
+        ahead of later ones, for the settle loop; ``timeout_s`` counts from the call.
+
+        Returns:
+            The :class:`CellExited` or :class:`Cancelled` that came before ``ready``, else ``None``.
+
+        Raises:
+            TimeoutError: ``ready`` was not done in time.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout_s
+        held: list[LegEvent] = []
+        try:
+            while not ready.done():
+                get = asyncio.ensure_future(self.ports.events.get())
+                waiting: set[asyncio.Future[Any]] = {ready, get}
+                done, _ = await asyncio.wait(waiting, timeout=max(0.0, give_up - loop.time()), return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    if not done:
+                        raise TimeoutError
+                    continue
+                event = get.result()
+                if isinstance(event, CellExited | Cancelled):
+                    return event
+                held.append(event)
+            return None
+        finally:
+            queue = self.ports.events
+            later = [queue.get_nowait() for _ in range(queue.qsize())]
+            for event in [*held, *later]:
+                queue.put_nowait(event)
 
     # ------------------------------------------------------------ dispatch and abandon
     def dispatch(self, p: PendingRequest) -> bool:
