@@ -159,7 +159,7 @@ test-k8s: pydeps ## The k8s tier against the cluster of KUBECONFIG (k8s/README.m
 
 .PHONY: test-fast
 test-fast: pydeps client-deps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)
-	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -m "not docker and not k8s"
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -n 2 -m "not docker and not k8s"
 
 .PHONY: demo
 demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
