@@ -161,6 +161,10 @@ test-k8s: pydeps ## The k8s tier against the cluster of KUBECONFIG (k8s/README.m
 test-fast: pydeps client-deps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -n 2 -m "not docker and not k8s"
 
+.PHONY: test-long
+test-long: setup ## Long soaks: the bridge fuzzer with at least 10,000 generated messages
+	CELLBLOCK_FUZZ_EXAMPLES=60 TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -s tests/integration/test_bridge_fuzz.py
+
 .PHONY: demo
 demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m examples.demo
@@ -174,6 +178,7 @@ bench: setup ## Exec latency, suspend->resume and 500-tool search beside their b
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.exec_latency
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.suspend_resume
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.catalog_search
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.noisy_neighbour
 
 # ------------------------------------------------------------------ housekeeping
 

@@ -34,6 +34,7 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import DockerExecutor
 from cellblock.server.mcp import parse_mcp_servers
+from tests.support.cells import cell_dirs
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -107,7 +108,7 @@ async def mcp_service(everything_url: str, memory_dir: str) -> AsyncIterator[Ser
             executor = svc.executor
             assert isinstance(executor, DockerExecutor)
             assert executor.list_cell_containers() == []
-            assert os.listdir(sockets) == []
+            assert cell_dirs(sockets) == []
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -27,6 +27,7 @@ from cellblock.server.cells import CellBridge, ProcessExecutor
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
 from cellblock.v1 import common_pb2
+from tests.support.cells import cell_dirs
 
 # Substitute guests through the process executor: no Docker needed.
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.process]
@@ -40,7 +41,7 @@ async def hanging_service() -> AsyncIterator[Service]:
         svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets), executor=executor)
         yield svc
         await svc.stop()
-        assert os.listdir(sockets) == []
+        assert cell_dirs(sockets) == []
 
 
 async def test_host_watchdog_kills_a_cell_that_ignores_its_deadline(hanging_service: Service) -> None:

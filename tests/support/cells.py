@@ -23,3 +23,13 @@ def leg_cells(service: Service) -> list[str]:
     assert isinstance(executor, DockerExecutor)
     idle = service.pool.idle_container_names() if service.pool is not None else set()
     return [name for name in executor.list_cell_containers() if name not in idle]
+
+
+def cell_dirs(socket_dir: str) -> list[str]:
+    """The per-cell bridge directories (``cell-*``) under a socket directory.
+
+    The directory also holds the instance's lock file and instance id, which stay.
+    """
+    import os  # noqa: PLC0415
+
+    return sorted(name for name in os.listdir(socket_dir) if name.startswith("cell-"))

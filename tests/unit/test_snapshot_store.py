@@ -26,17 +26,24 @@ def test_registry_uses_the_store_it_is_given() -> None:
     assert RunRegistry().store is not store
 
 
-def test_stale_cell_socket_directories_are_removed_and_fresh_ones_kept(tmp_path: Path) -> None:
+def test_an_instance_keeps_its_id_and_its_directories_to_itself(tmp_path: Path) -> None:
     import os
-    import time
 
-    from cellblock.server.app import STALE_SOCKET_DIR_S, _remove_stale_socket_dirs
+    import pytest
 
-    stale, fresh, other = tmp_path / "cell-old", tmp_path / "cell-new", tmp_path / "keep-me"
-    for d in (stale, fresh, other):
-        d.mkdir()
-    old = time.time() - STALE_SOCKET_DIR_S - 5
-    os.utime(stale, (old, old))
-    os.utime(other, (old, old))
-    _remove_stale_socket_dirs(str(tmp_path))
-    assert not stale.exists() and fresh.exists() and other.exists()
+    from cellblock.server.app import _remove_socket_dirs, instance_id, lock_directories
+
+    first = instance_id(str(tmp_path / "state"))
+    assert instance_id(str(tmp_path / "state")) == first and len(first) == 16
+    assert instance_id(str(tmp_path / "other")) != first
+    fds = lock_directories(str(tmp_path / "state"))
+    with pytest.raises(RuntimeError, match="another cellblock instance is using"):
+        lock_directories(str(tmp_path / "state"))
+    for fd in fds:
+        os.close(fd)
+    os.close(lock_directories(str(tmp_path / "state"))[0])
+    cell, other = tmp_path / "cell-old", tmp_path / "keep-me"
+    cell.mkdir()
+    other.mkdir()
+    assert _remove_socket_dirs(str(tmp_path)) == 1
+    assert not cell.exists() and other.exists()

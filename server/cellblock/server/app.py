@@ -9,12 +9,13 @@ stops gracefully on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
+import secrets
 import shutil
 import signal
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,14 +24,15 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from cellblock.server.api import Admission, CatalogService, CodeModeService, RunService, ServiceState
+from cellblock.server.api import Admission, CatalogService, CodeModeService, FailureInterceptor, RunService, ServiceState
 from cellblock.server.cells import DockerExecutor, DockerExecutorConfig, Executor, KubernetesExecutor, KubernetesExecutorConfig, ProcessExecutor, WarmPool
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.limits import MAX_API_MESSAGE_BYTES
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_API_MESSAGE_BYTES
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.telemetry import observe_registry, server_interceptors
+from cellblock.server.workers import cpu_pool
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
 
 log = structlog.get_logger("cellblock.server")
@@ -72,6 +74,13 @@ class ServerSettings:
             calls) work through long, quiet legs. A client that pings more
             often gets :data:`KEEPALIVE_MAX_PING_STRIKES` strikes, then
             ``GOAWAY`` (``UNAVAILABLE: Too many pings``). See :func:`keepalive_options`.
+        cell_wait_ms: Longest wait for a cell (start and attach) before a leg fails
+            with ``runtime_unavailable`` [R21] "the service is busy"
+            (``CELLBLOCK_CELL_WAIT_MS``, 100 … 300000). Not part of the program's
+            ``timeoutMs``, which starts when the cell has the program.
+        state_dir: The instance's own directory for its stable instance id
+            (``CELLBLOCK_STATE_DIR``; empty means ``socket_dir``). Two instances
+            on one machine need different directories.
     """
 
     address: str = "127.0.0.1:50051"
@@ -86,6 +95,8 @@ class ServerSettings:
     metrics: str = "none"
     mcp_servers: tuple[McpServerConfig, ...] = ()
     keepalive_min_ping_interval_ms: int = 5000
+    state_dir: str = ""
+    cell_wait_ms: int = DEFAULT_CELL_WAIT_MS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ServerSettings:
@@ -112,6 +123,8 @@ class ServerSettings:
             metrics=env.get("CELLBLOCK_METRICS", base.metrics),
             mcp_servers=parse_mcp_servers(env.get("CELLBLOCK_MCP_SERVERS", "")),
             keepalive_min_ping_interval_ms=int(env.get("CELLBLOCK_KEEPALIVE_MIN_PING_INTERVAL_MS", base.keepalive_min_ping_interval_ms)),
+            state_dir=env.get("CELLBLOCK_STATE_DIR", base.state_dir),
+            cell_wait_ms=min(300_000, max(100, int(env.get("CELLBLOCK_CELL_WAIT_MS", base.cell_wait_ms)))),
         )
 
 
@@ -128,7 +141,7 @@ def make_executor(settings: ServerSettings, env: dict[str, str] | None = None) -
         ValueError: The executor name is unknown, or its settings are invalid.
     """
     if settings.executor == "docker":
-        return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime))
+        return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime), instance_id=instance_id(settings.state_dir or settings.socket_dir))
     if settings.executor == "kubernetes":
         env = dict(os.environ if env is None else env)
         return KubernetesExecutor(KubernetesExecutorConfig.from_env(env, image=settings.image, runtime_class=env.get("CELLBLOCK_K8S_RUNTIME_CLASS") or None))
@@ -157,6 +170,7 @@ class Service:
     health: health.aio.HealthServicer
     sweeper: asyncio.Task[None] | None = None
     pool: WarmPool | None = None
+    locks: list[int] = field(default_factory=list)
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stops accepting RPCs, aborts running legs (removing their cells), ends the server and shuts hosted MCP sessions down."""
@@ -170,6 +184,9 @@ class Service:
         await self.executor.close()
         if self.state.mcp_hub is not None:
             await self.state.mcp_hub.close()
+        for fd in self.locks:
+            os.close(fd)
+        self.locks.clear()
 
 
 #: Pings inside the permitted interval tolerated before the server sends GOAWAY.
@@ -207,7 +224,9 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
         executor: Overrides the executor built from ``settings`` (tests).
     """
     config = CodeModeConfig.from_json(settings.code_mode)
+    locks = lock_directories(settings.socket_dir, settings.state_dir or settings.socket_dir)
     executor = executor or make_executor(settings)
+    await _recover(settings.socket_dir, executor)
     registry = RunRegistry()
     state = ServiceState(config=config, admission=Admission(settings.max_concurrent_legs))
     if settings.mcp_servers:
@@ -216,10 +235,10 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     # The pool holds cells sized for the configured memory limit; only the
     # docker executor pools (the process executor is for development).
     pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes) if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0 else None
-    runner = Runner(config, executor, registry, settings.socket_dir, pool)
+    runner = Runner(config, executor, registry, settings.socket_dir, pool, cell_wait_ms=settings.cell_wait_ms)
     observe_registry(registry)
     server = grpc.aio.server(
-        interceptors=server_interceptors(),
+        interceptors=[*server_interceptors(), FailureInterceptor()],
         options=[
             ("grpc.max_receive_message_length", MAX_API_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_API_MESSAGE_BYTES),
@@ -245,34 +264,101 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("server.started", address=address, executor=executor.name)
-    _remove_stale_socket_dirs(settings.socket_dir)
     service = Service(server, address, executor, registry, state, health_servicer)
     service.pool = pool
+    service.locks = locks
     if pool is not None:
         pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
     return service
 
 
-#: Socket directories older than this belong to cells of a service that died
-#: (a live cell lives at most a leg, about a minute; a pooled one 90 s).
-STALE_SOCKET_DIR_S = 600.0
+#: File in the state directory that keeps the instance id across restarts.
+INSTANCE_ID_FILE = "instance-id"
 
 
-def _remove_stale_socket_dirs(base: str) -> None:
-    """Removes ``cell-*`` socket directories left by a service that was killed."""
-    now = time.time()
+def instance_id(state_dir: str) -> str:
+    """The instance's stable id, read from ``<state_dir>/instance-id`` or created there.
+
+    Cells carry it as a label, so that after a crash the next start of the same
+    instance recognises its own orphans and never touches another instance's cells.
+
+    Raises:
+        OSError: The state directory cannot be created or written (a start-up error).
+    """
+    path = Path(state_dir) / INSTANCE_ID_FILE
+    try:
+        text = path.read_text("ascii").strip()
+        if len(text) == 16 and all(c in "0123456789abcdef" for c in text):
+            return text
+    except (OSError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    value = secrets.token_hex(8)
+    temporary = path.with_name(f".{INSTANCE_ID_FILE}.{os.getpid()}")
+    temporary.write_text(value + "\n", "ascii")
+    os.replace(temporary, path)
+    return value
+
+
+#: Lock file that keeps two live instances out of one state or socket directory.
+LOCK_FILE = ".cellblock.lock"
+
+
+def lock_directories(*directories: str) -> list[int]:
+    """Takes an exclusive lock on each directory (``flock`` on ``<dir>/.cellblock.lock``).
+
+    An instance removes every ``cell-*`` socket directory and every cell with its
+    instance id at start; the lock makes sure no other live instance shares them.
+
+    Returns:
+        The open lock file descriptors (held until the process exits or they are closed).
+
+    Raises:
+        RuntimeError: Another live instance holds a lock (a start-up error).
+    """
+    fds: list[int] = []
+    for directory in dict.fromkeys(directories):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            for held in fds:
+                os.close(held)
+            raise RuntimeError(f"another cellblock instance is using {directory}; give each instance its own CELLBLOCK_SOCKET_DIR and CELLBLOCK_STATE_DIR") from None
+        fds.append(fd)
+    return fds
+
+
+async def _recover(socket_dir: str, executor: Executor) -> None:
+    """Removes what an earlier incarnation of this instance left: its cells and socket directories.
+
+    Runs before the server accepts RPCs, so nothing found belongs to a live leg.
+    """
+    removed_dirs = _remove_socket_dirs(socket_dir)
+    try:
+        removed = await executor.remove_orphans()
+    except Exception as exc:  # noqa: BLE001 - an unreachable engine fails legs later, closed
+        log.error("server.orphans_unchecked", reason=exc.__class__.__name__)
+        removed = 0
+    if removed or removed_dirs:
+        log.info("server.orphans_removed", cells=removed, socket_dirs=removed_dirs)
+
+
+def _remove_socket_dirs(base: str) -> int:
+    """Removes every ``cell-*`` socket directory under this instance's ``base``; returns how many."""
     try:
         names = os.listdir(base)
     except OSError:
-        return
+        return 0
+    removed = 0
     for name in names:
-        path = os.path.join(base, name)
-        try:
-            if name.startswith("cell-") and now - os.stat(path).st_mtime > STALE_SOCKET_DIR_S:
-                shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            continue
+        if name.startswith("cell-"):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            removed += 1
+    return removed
 
 
 #: Seconds between sweeps of expired suspended runs (they are also swept at
@@ -306,6 +392,7 @@ async def serve(settings: ServerSettings | None = None) -> None:
     await stop.wait()
     log.info("server.stopping")
     await service.stop()
+    cpu_pool().close()  # its manager threads would otherwise keep the process alive
     telemetry.shutdown()
 
 

@@ -6,7 +6,8 @@ enforces the deadline with the host watchdog, and ends with one result. Every
 path out of :meth:`Leg.run` destroys the cell and removes its socket
 directory. Request policy is :mod:`~cellblock.server.runs._policy`, the shared
 settle-loop parts :mod:`~cellblock.server.runs._settle`, and the mapping of a
-guest's failure :mod:`~cellblock.server.runs._guest_failure`.
+guest's failure :mod:`~cellblock.server.runs._guest_failure`, and the bounded wait
+for a cell :mod:`~cellblock.server.runs._cell_wait`.
 """
 
 from __future__ import annotations
@@ -21,19 +22,20 @@ import structlog
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.cells import Cell, CellBridge, CellSpec, CellStartError, Executor, WarmPool
-from cellblock.server.limits import ATTACH_TIMEOUT_S, WATCHDOG_GRACE_MS
+from cellblock.server.cells import Cell, CellBridge, Executor, WarmPool
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
+from cellblock.server.runs._cell_wait import await_attach, fresh_cell
 from cellblock.server.runs._guest_failure import exit_failure, guest_failure
-from cellblock.server.runs._output import compact_json
-from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, reply_inbox_bytes, restart_safe_label
+from cellblock.server.runs._output import NotSerializableError
+from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import (
     BridgeMethod,
-    Cancelled,
     CellExited,
     ErrorCode,
     GuestMessage,
     LegOutcome,
+    ProtocolViolation,
     RunStatus,
     failed,
 )
@@ -60,6 +62,7 @@ class Leg(SettleLoop):
             returns False when no suspended-run slot is free (SPEC §10.7).
         snapshots: Where suspended runs' snapshots are kept.
         pool: Warm cells, if the deployment keeps any.
+        cell_wait_s: Bound on waiting for a cell (start and attach), outside the program's budget ([R21]).
     """
 
     def __init__(
@@ -74,6 +77,7 @@ class Leg(SettleLoop):
         reserve_slot: Callable[[Run], bool],
         snapshots: SnapshotStore,
         pool: WarmPool | None = None,
+        cell_wait_s: float = DEFAULT_CELL_WAIT_MS / 1000,
     ) -> None:
         super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot)
         self.executor = executor
@@ -81,9 +85,13 @@ class Leg(SettleLoop):
         self.source = source
         self._snapshots = snapshots
         self.pool = pool
+        self.cell_wait_s = cell_wait_s
+        #: When waiting for a cell (start and attach) gives up ([R21]); set when the leg starts.
+        self._cell_wait_until = 0.0
         self._bridge: CellBridge | None = None
         self._cell: Cell | None = None
         self._suspend_sent = False
+        self._out_of_memory = False  # the engine's verdict on an exit 137
         #: True once the cell has its Start message; settlements before that are delivered with it.
         self._started = False
         self._terminal: LegOutcome | None = None
@@ -110,9 +118,11 @@ class Leg(SettleLoop):
         loop = asyncio.get_running_loop()
         run = self.run_
         run.legs += 1
-        # A warm cell (started and attached ahead of time) when the pool has
+        # Waiting for a cell has its own bound, outside the program's budget (SPEC §10.2 item 3).
+        self._cell_wait_until = loop.time() + self.cell_wait_s
+        # A warm cell (started and attached ahead of time, still alive) when the pool has
         # one of this size; otherwise a fresh cell. Either serves this leg only.
-        warm = self.pool.acquire(run.limits.memory_limit_bytes) if self.pool is not None else None
+        warm = await self.pool.take(run.limits.memory_limit_bytes) if self.pool is not None else None
         cell_id = warm.cell.cell_id if warm is not None else "cell_" + secrets.token_hex(8)
         self._log = self._log.bind(cell_id=cell_id)
         structlog.contextvars.bind_contextvars(cell_id=cell_id)
@@ -121,16 +131,10 @@ class Leg(SettleLoop):
             if warm is not None:
                 self._bridge, self._cell = warm.bridge, warm.cell
             else:
-                try:
-                    self._bridge = await self.executor.open_bridge(self.socket_base)
-                except OSError as exc:
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
-                spec = CellSpec(cell_id=cell_id, bridge_dir=self._bridge.directory, cell_token=self._bridge.token, memory_limit_bytes=run.limits.memory_limit_bytes)
-                try:
-                    self._cell = await self.executor.start(spec)
-                except CellStartError as exc:
-                    self._log.error("cell.start_failed", reason=str(exc))
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(str(exc)))
+                fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits.memory_limit_bytes, self._cell_wait_until, self.cell_wait_s, self._log)
+                if isinstance(fresh, LegOutcome):
+                    return fresh
+                self._bridge, self._cell = fresh
             self._log.debug("cell.started", runtime_id=self._cell.runtime_id)
             self.trace.started(self._cell.runtime_id)
             outcome = await self._attach_and_drive(loop)
@@ -160,31 +164,19 @@ class Leg(SettleLoop):
     async def _watch_cell(self) -> None:
         assert self._cell is not None
         code = await self._cell.wait()
+        self._out_of_memory = code == 137 and await self._cell.out_of_memory()  # else a kill from outside (R12)
         await self.ports.events.put(CellExited(code))
-
-    async def _await_attach(self) -> LegOutcome | None:
-        """Waits for the cell to authenticate, exit, or the caller to cancel (other events wait for the settle loop)."""
-        assert self._bridge is not None
-        try:
-            first = await self.hold_events_until(self._spawn(self._bridge.attached.wait()), ATTACH_TIMEOUT_S)
-        except TimeoutError:
-            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11("the cell did not attach to its bridge in time"))
-        match first:
-            case CellExited(code=code):
-                self._log.error("cell.exited_before_attach", exit_code=code)
-                return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
-            case Cancelled():
-                return failed(ErrorCode.ABORTED, msg.R07)
-        return None
 
     async def _attach_and_drive(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
         assert self._bridge is not None and self._cell is not None
         run = self.run_
         self._spawn(self._watch_cell())
-        not_attached = await self._await_attach()
+        not_attached = await await_attach(self, self._spawn(self._bridge.attached.wait()), self._cell_wait_until, self.cell_wait_s, self._log)
         if not_attached is not None:
             return not_attached
         self.trace.attached()
+        # The program's budget starts now that a cell is ready for it (SPEC §10.2 item 3).
+        self.deadline += loop.time() - (self._cell_wait_until - self.cell_wait_s)
         snapshot = self._snapshots.get(run.run_id) if self.source is None else None
         if self.source is None and snapshot is None:
             return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r18("its snapshot is no longer stored"))
@@ -219,7 +211,7 @@ class Leg(SettleLoop):
                 output_spent_bytes=run.budget.spent,
                 output_closed=run.budget.closed,
             ),
-            catalog_json=compact_json(run.view.guest_catalog()),
+            catalog_json=run.view.guest_catalog_json(),
             bridge_counters=run.bridge_counters,
             snapshot_bytes=len(snapshot) if snapshot is not None else 0,
         )
@@ -299,7 +291,7 @@ class Leg(SettleLoop):
             self.ports.events.put_nowait(CellExited(code))
             return None
         self.abandon_dispatched()
-        return exit_failure(run, code, self._log)
+        return exit_failure(run, code, self._log, out_of_memory=self._out_of_memory)
 
     def _suspend(self) -> None:
         assert self._bridge is not None
@@ -310,9 +302,14 @@ class Leg(SettleLoop):
     # ---------------------------------------------------------- requests
     def _on_request(self, req: bpb.GuestRequest) -> None:
         p = admit_request(self.run_, req, self._log, self._refusals_logged)
-        if p is None:
+        if not isinstance(p, PendingRequest):
+            if p is not None:
+                self._refuse_protocol(p)
             return
         loop = asyncio.get_running_loop()
+        if refuse_over_host_limits(self.run_, p, loop.time()):
+            self.on_settled(p)  # the host's second layer answered it (B23/B24)
+            return
         step = process_request(self.run_, p, loop.time())
         if self.run_.restart_safe:
             return  # held until the guest is idle (SPEC §10.8 item 2)
@@ -327,6 +324,12 @@ class Leg(SettleLoop):
                     self._suspend()
             case Next.NESTED:
                 self._dispatch(p, loop)
+
+    def _refuse_protocol(self, violation: ProtocolViolation) -> None:
+        """Rejects a protocol violation ([P01]-[P03]) back to the guest now, not at the watchdog (SPEC §14.5)."""
+        assert self._bridge is not None
+        settle = bpb.Settle(bridge_id=violation.bridge_id[:MAX_BRIDGE_ID_CHARS], error=bpb.BridgeError(message=violation.message))
+        self._bridge.send(bpb.AttachResponse(settle=settle))
 
     def _on_idle(self, host_work: int) -> None:
         """The guest waits on host work; a restart-safe leg decides now (SPEC §10.8 item 2).
@@ -390,7 +393,12 @@ class Leg(SettleLoop):
         except ValueError:
             self._log.error("bridge.invalid_output")
             return
-        if self.run_.budget.offer(entry):
+        try:
+            accepted = self.run_.budget.offer(entry)
+        except NotSerializableError:
+            self._log.warning("bridge.output_too_deep")
+            return
+        if accepted:
             self.accepted_output.append(entry)
             self.ports.output(entry)
 

@@ -18,8 +18,9 @@ import structlog
 from cellblock.server import messages as msg
 from cellblock.server.cells import Executor, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, SOURCE_BUDGET_MS
 from cellblock.server.runs._leg import Leg
-from cellblock.server.runs._output import OutputBudget
+from cellblock.server.runs._output import NotSerializableError, OutputBudget
 from cellblock.server.runs._policy import settle_yields
 from cellblock.server.runs._ports import CatalogPort, LegPorts
 from cellblock.server.runs._protocol import (
@@ -35,8 +36,9 @@ from cellblock.server.runs._protocol import (
 from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
 from cellblock.server.runs._state import Run, new_run_id, replay_id
-from cellblock.server.source import InputFailure, prepare_source, validate_exec, validate_wait
+from cellblock.server.source import InputFailure, PreparedSource, prepare_source, validate_exec, validate_wait
 from cellblock.server.telemetry import remember_exec_span
+from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 
 log = structlog.get_logger("cellblock.runs")
 
@@ -73,10 +75,24 @@ class Runner:
         executor: Starts cells.
         registry: Suspended runs and slots.
         socket_base: Host directory for per-cell bridge socket directories.
+        pool: Warm cells, if any.
+        cpu: Worker processes for CPU-heavy steps (default: the process-wide pool).
+        cell_wait_ms: Bound on waiting for a cell, outside the program's budget ([R21]).
     """
 
-    def __init__(self, config: CodeModeConfig, executor: Executor, registry: RunRegistry, socket_base: str, pool: WarmPool | None = None) -> None:
+    def __init__(
+        self,
+        config: CodeModeConfig,
+        executor: Executor,
+        registry: RunRegistry,
+        socket_base: str,
+        pool: WarmPool | None = None,
+        cpu: CpuPool | None = None,
+        cell_wait_ms: int = DEFAULT_CELL_WAIT_MS,
+    ) -> None:
         self.config = config
+        self.cell_wait_ms = cell_wait_ms
+        self.cpu = cpu or cpu_pool()
         self.pool = pool
         self.executor = executor
         self.registry = registry
@@ -117,7 +133,6 @@ class Runner:
         loop = asyncio.get_running_loop()
         self.registry.sweep()
         limits: Limits = self.config.limits_with_overrides(overrides)
-        deadline = loop.time() + limits.timeout_ms / 1000.0
         checked = validate_exec(
             arguments_json,
             enabled=self.config.enabled,
@@ -129,7 +144,7 @@ class Runner:
             restart = force_restart_safe
             log.warning("exec.invalid_input", reason=checked.message[:200])
             return self._input_failure(checked.message, restart, telemetry())
-        prepared = prepare_source(checked.source, checked.language)
+        prepared = await self._prepare(checked.source, checked.language)
         if isinstance(prepared, InputFailure):
             log.warning("exec.invalid_source", reason=prepared.message[:200])
             return self._input_failure(prepared.message, checked.restart_safe, telemetry())
@@ -145,10 +160,27 @@ class Runner:
             view=view,
             budget=OutputBudget(limits.max_output_bytes),
         )
+        # The leg's budget is the program's: it starts once the source is prepared (SPEC §10.2 item 2).
+        deadline = loop.time() + limits.timeout_ms / 1000.0
         self.registry.add(run)
-        remember_exec_span(run)
-        structlog.contextvars.bind_contextvars(run_id=run.run_id)
-        return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
+        try:
+            remember_exec_span(run)
+            structlog.contextvars.bind_contextvars(run_id=run.run_id)
+            return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
+        except Exception as exc:  # noqa: BLE001 - every path out of a leg releases what the run holds
+            return self._fault(run, exc, telemetry)
+
+    async def _prepare(self, source: str, language: str) -> PreparedSource | InputFailure:
+        """Prepares the source in the worker pool within its own budget (SPEC §6, [S05]/[S06])."""
+        try:
+            return await self.cpu.run(prepare_source, source, language, budget_s=SOURCE_BUDGET_MS / 1000.0, size=len(source))
+        except WorkBudgetExceeded:
+            return InputFailure(msg.s05(SOURCE_BUDGET_MS))
+        except WorkerFailed:
+            return InputFailure(msg.S06)
+        except Exception as exc:  # noqa: BLE001 - any other fault of the step also ends only this exec
+            log.error("source.fault", error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
+            return InputFailure(msg.S06)
 
     # ------------------------------------------------------------------ wait
     async def wait(
@@ -172,11 +204,17 @@ class Runner:
         Returns:
             The finished leg: the run's result, ``waiting`` again, or a refusal of the wait.
         """
-        loop = asyncio.get_running_loop()
         claimed = self._claim(arguments_json, session_id, agent_run_id, telemetry)
         if isinstance(claimed, LegReport):
             return claimed
-        run = claimed
+        try:
+            return await self._resume(claimed, ports, telemetry)
+        except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
+            return self._fault(claimed, exc, telemetry)
+
+    async def _resume(self, run: Run, ports: LegPorts, telemetry: Telemetry) -> LegReport:
+        """The wait leg of a claimed run (SPEC §10.6 items 3-5)."""
+        loop = asyncio.get_running_loop()
         ports.run_id = run.run_id
         structlog.contextvars.bind_contextvars(run_id=run.run_id, tool_call_id=run.tool_call_id)
         deadline = loop.time() + run.limits.timeout_ms / 1000.0
@@ -238,6 +276,7 @@ class Runner:
             reserve_slot=self.registry.reserve_slot,
             snapshots=self.registry.store,
             pool=self.pool,
+            cell_wait_s=self.cell_wait_ms / 1000.0,
         )
 
     async def _run_leg(self, leg: Leg, telemetry: Telemetry) -> LegReport:
@@ -247,17 +286,34 @@ class Runner:
             outcome = await leg.run()
         except Exception as exc:  # noqa: BLE001 - a service fault ends the run
             log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
-            outcome = failed(ErrorCode.INTERNAL_ERROR, "internal error: the service failed while running this leg.")
+            outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
         log.debug("leg.ended", run_id=run.run_id, status=outcome.status, code=outcome.code or "", seconds=round(time.monotonic() - started, 3))
-        return self._project(run, outcome, telemetry(), leg.accepted_output)
+        try:
+            return self._project(run, outcome, telemetry(), leg.accepted_output)
+        except Exception as exc:  # noqa: BLE001 - a projection fault must not leave the run holding its slot
+            return self._fault(run, exc, telemetry)
+
+    def _fault(self, run: Run, exc: BaseException, telemetry: Telemetry) -> LegReport:
+        """Ends a run after a service fault: forgets it (freeing its slot and claim) and reports [R22]."""
+        log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
+        self.registry.remove(run)
+        code = ErrorCode.INTERNAL_ERROR
+        result = failed_result(error=msg.R22, code=code, failure_phase=FailurePhase.HOST, bridge_dispatch_started=run.dispatch_started, output=[], replay_safe=False, telemetry=telemetry())
+        return LegReport(result, RunStatus.FAILED, code, "", run)
 
     def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
         budget = run.budget
         if outcome.status is RunStatus.COMPLETED:
-            output = accepted + budget.end_leg()
-            value = budget.final_value(outcome.value)
-            self.registry.remove(run)
-            return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
+            try:
+                value = budget.final_value(outcome.value)
+            except NotSerializableError as exc:
+                cell_id = outcome.cell_id
+                outcome = failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(str(exc)))
+                outcome.cell_id = cell_id
+            else:
+                output = accepted + budget.end_leg()
+                self.registry.remove(run)
+                return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
         if outcome.status is RunStatus.WAITING:
             output = accepted + budget.end_leg()
             self.registry.park(run, run.limits.snapshot_ttl_seconds)
