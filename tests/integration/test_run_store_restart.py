@@ -152,3 +152,45 @@ async def test_an_unusable_store_stops_the_service_at_start(store: str, reason: 
         service.start(timeout=30)
     assert "cellblock: the run store is unavailable" in str(failure.value) and reason in str(failure.value)
     service.close()
+
+
+async def test_a_sigterm_mid_wait_keeps_the_run_resumable_after_the_restart(process_sockets: str, tmp_path: Any) -> None:
+    """A graceful stop (a rolling update's SIGTERM) is not the caller's abort: the run resumes from its last park."""
+    import signal  # noqa: PLC0415
+
+    store = "sqlite:///" + str(tmp_path / "runs.sqlite3").lstrip("/")
+    service = ServiceProcess(store, process_sockets, code_mode={"enabled": True, "timeoutMs": 3000}).start()
+    scope = Scope("s-term", "agent")
+    gates = Gates()
+    code = """
+    let first;
+    try { first = (await tools.callValue("client:app:slow", {n: 1})).answer; } catch (e) { return "lost: " + e.message; }
+    const second = await tools.callValue("client:app:slow", {n: 2});
+    return [first, second.answer];
+    """
+    try:
+        async with await CellblockClient.connect(service.address, channel_options=FAST_RECONNECT) as client:
+            await client.put_catalog(scope, TOOLS)
+            parked = await client.exec(scope, tool_call_id="term", code=code, handlers={"slow": gates}, limits=LimitOverrides(timeout_ms=3000))
+            assert parked.status == "waiting" and parked.run_id is not None, parked.raw_json
+            gates.gate(1).set()
+            leg = asyncio.ensure_future(client.wait(scope, tool_call_id="term-w1", run_id=parked.run_id, handlers={"slow": gates}))
+            deadline = time.monotonic() + 30
+            while not any(n == 2 for n, _ in gates.calls):
+                assert time.monotonic() < deadline, "call 2 was never dispatched"
+                await asyncio.sleep(0.1)
+            assert service.proc is not None
+            service.proc.send_signal(signal.SIGTERM)
+            with pytest.raises(Exception, match="shutting down"):  # noqa: B017 - UNAVAILABLE, not a terminal result
+                await leg
+            assert service.proc.wait(30) == 0
+            service.start()
+            await _until_up(client, scope)
+            await client.put_catalog(scope, TOOLS)
+            assert [r.run_id for r in (await client.list_runs(scope)).runs] == [parked.run_id], "the run survived the graceful stop"
+            resumed = await client.wait(scope, tool_call_id="term-w2", run_id=parked.run_id, handlers={"slow": gates})
+            assert resumed.status == "completed", resumed.raw_json
+            assert resumed.value == "lost: cell runtime unavailable: the cell exited with code 137.", "resumed from the last park at once, the lost leg's call rejected"
+    finally:
+        service.kill()
+        service.close()

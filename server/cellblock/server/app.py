@@ -198,6 +198,9 @@ class Service:
         if self.sweeper is not None:
             self.sweeper.cancel()
         await self.health.enter_graceful_shutdown()
+        if self.state.registry is not None:
+            # Legs aborted by the shutdown keep their runs resumable elsewhere (SPEC §16.1 items 3, 6).
+            self.state.registry.stopping = True
         await self.state.abort_all(timeout=grace + 5.0)
         if self.pool is not None:
             await self.pool.close()

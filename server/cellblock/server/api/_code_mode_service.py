@@ -213,6 +213,9 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
                     break
                 yield item
             report = leg.result()
+            if kind == "wait" and report.code is ErrorCode.ABORTED and self._state.registry is not None and self._state.registry.stopping:
+                # Not the caller's abort: the run stays resumable; the runtime waits on it again elsewhere.
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "cellblock is shutting down; wait on the run again (on another replica, or after the restart)")
             yield response_type(result=_result_message(report))
             annotate_rpc(kind, report)
             _log_completed(bound, report, started)

@@ -93,6 +93,8 @@ class RunRegistry:
         self.store: RunStore = store or MemoryRunStore(SUSPENDED_RUN_CAP)
         self.restore_view = restore_view
         self.lease_seconds = lease_seconds
+        #: Set when the service shuts down: aborted legs hand their runs back instead of cancelling them.
+        self.stopping = False
         #: Runs whose leg (exec or wait) runs in this process.
         self.active: dict[str, Run] = {}
         self._leases: dict[str, str] = {}
@@ -255,6 +257,20 @@ class RunRegistry:
             await self.store.remove(run.run_id, token)
         run.holds_slot = False
         run.suspended = False
+        end_open_tool_calls(run)
+
+    async def hand_back(self, run: Run) -> None:
+        """Gives up a run whose leg the service's shutdown aborted, as a dying replica would (SPEC §16.1 item 6).
+
+        The stored record (the last park, when there is one) stays; the lease lapses at
+        once, so a wait on any replica resumes the run from its last park without waiting
+        for the lease to expire. A run that never parked is swept.
+        """
+        token = self._leases.pop(run.run_id, None)
+        self.active.pop(run.run_id, None)
+        if run.holds_slot and token is not None:
+            await self.store.renew(run.run_id, token, 0.0)
+        run.holds_slot = False
         end_open_tool_calls(run)
 
     async def discard(self, run_id: str) -> bool:

@@ -301,7 +301,10 @@ class Runner:
         output = accepted + budget.end_leg()
         error = budget.final_error(outcome.message)
         code = outcome.code or ErrorCode.INTERNAL_ERROR
-        if code is ErrorCode.ABORTED:
+        if code is ErrorCode.ABORTED and self.registry.stopping and run.expires_at > 0:
+            # A resumed run has a last park to resume from; an exec's first leg does not and is aborted.
+            await self.registry.hand_back(run)
+        elif code is ErrorCode.ABORTED:
             await self.registry.cancel(run)
         else:
             await self.registry.remove(run)
