@@ -25,19 +25,30 @@ def default_store_url(state_dir: str) -> str:
 
 
 def describe_store(url: str) -> str:
-    """The URL without credentials, for logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()
+    """The URL without credentials, for logs: the password in the authority and in ``?password=``.
+
+    A URL that does not parse is shown as its scheme alone (it may hold a password).
+    """
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return url.split(":", 1)[0] + ":<unparseable>"
+    shown = url
+    if password is not None:
+        shown = shown.replace(f":{password}@", ":***@", 1)
+    if parts.query:
+        fields = [(k, "***" if k.lower() == "password" else v) for k, v in (f.partition("=")[::2] for f in parts.query.split("&"))]
+        shown = shown.replace("?" + parts.query, "?" + "&".join(f"{k}={v}" for k, v in fields), 1)
+    return shown
 
 
 def make_run_store(url: str, cap: int) -> RunStore:
     """Builds (does not open) the store a ``CELLBLOCK_STORE`` value names.
 
     Args:
-        url: ``memory:``, ``sqlite:///<absolute path>`` (``sqlite:///relative`` is refused)
+        url: ``memory:``, ``sqlite:///<absolute path>`` (the path after ``sqlite:///`` is always
+            taken as absolute: ``sqlite:///var/x.db`` and ``sqlite:////var/x.db`` both name ``/var/x.db``)
             or ``postgresql://…`` / ``postgres://…`` (libpq URL).
         cap: The deployment's suspended-run cap.
 
