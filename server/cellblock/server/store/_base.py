@@ -137,6 +137,29 @@ class Claim:
     taken_over: bool = False
 
 
+def refused_claim(record: RunRecord, session_id: str, agent_run_id: str, now: float) -> Claim | None:
+    """The claim answer for an unexpired record that cannot be claimed, else ``None``.
+
+    One rule for every backend (SPEC §10.6 item 1, §16.1 item 4): a cancelled run is
+    ``cancelled`` to its own scope and ``missing`` to others; another scope gets
+    ``foreign``; a live lease held by someone else gets ``busy``.
+
+    Args:
+        record: The stored run, already checked not to be expired.
+        session_id: The claiming scope's session id.
+        agent_run_id: The claiming scope's agent run id.
+        now: The store clock, in seconds.
+    """
+    same_scope = (record.session_id, record.agent_run_id) == (session_id, agent_run_id)
+    if record.state == "cancelled":
+        return Claim("cancelled", record.without_snapshot()) if same_scope else Claim("missing")
+    if not same_scope:
+        return Claim("foreign", record.without_snapshot())
+    if record.leased(now):
+        return Claim("busy", record.without_snapshot())
+    return None
+
+
 class RunStore(abc.ABC):
     """Durable, shared storage of runs that hold a slot or are suspended (SPEC §16.1).
 

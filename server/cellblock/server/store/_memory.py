@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from cellblock.server.store._base import Claim, Park, RenewStatus, RunRecord, RunStore, snapshot_digest
+from cellblock.server.store._base import Claim, Park, RenewStatus, RunRecord, RunStore, refused_claim, snapshot_digest
 
 
 class MemoryRunStore(RunStore):
@@ -76,13 +76,9 @@ class MemoryRunStore(RunStore):
         if self._expired(row, now):
             del self._rows[run_id]
             return Claim("missing")
-        same_scope = (row.session_id, row.agent_run_id) == (session_id, agent_run_id)
-        if row.state == "cancelled":
-            return Claim("cancelled", row.without_snapshot()) if same_scope else Claim("missing")
-        if not same_scope:
-            return Claim("foreign", row.without_snapshot())
-        if row.leased(now):
-            return Claim("busy", row.without_snapshot())
+        refused = refused_claim(row, session_id, agent_run_id, now)
+        if refused is not None:
+            return refused
         claimed = replace(row, state="active", lease_token=lease_token, lease_until=now + lease_seconds)
         self._rows[run_id] = claimed
         return Claim("claimed", claimed, taken_over=row.state == "active")

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cellblock.server.store._base import Claim, Park, RecordState, RenewStatus, RunRecord, RunStore, StoreUnavailableError, snapshot_digest
+from cellblock.server.store._base import Claim, Park, RecordState, RenewStatus, RunRecord, RunStore, StoreUnavailableError, refused_claim, snapshot_digest
 
 TABLE = "cellblock_runs"
 _HEADER = (
@@ -183,13 +183,9 @@ class SqlRunStore(RunStore):
             if expired is not None:
                 await tx.run(f"DELETE FROM {TABLE} WHERE run_id = ?", run_id)
                 return Claim("missing")
-            same_scope = (record.session_id, record.agent_run_id) == (session_id, agent_run_id)
-            if record.state == "cancelled":
-                return Claim("cancelled", record.without_snapshot()) if same_scope else Claim("missing")
-            if not same_scope:
-                return Claim("foreign", record.without_snapshot())
-            if record.leased(now):
-                return Claim("busy", record.without_snapshot())
+            refused = refused_claim(record, session_id, agent_run_id, now)
+            if refused is not None:
+                return refused
             until = now + lease_seconds
             await tx.run(f"UPDATE {TABLE} SET state = 'active', lease_token = ?, lease_until = ?, updated_at = ? WHERE run_id = ?", lease_token, until, now, run_id)
             taken_over = record.state == "active"
