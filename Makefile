@@ -62,7 +62,11 @@ seccomp-selftest: image ## Check the cell's seccomp profile: needed calls work, 
 # ------------------------------------------------------------------ developer setup
 
 .PHONY: setup
-setup: pydeps npm-deps client-deps image ## Install pinned Python deps, npm tools, Go/protoc, the engine and the cell image
+setup: pydeps npm-deps client-deps postgres image ## Install pinned Python deps, npm tools, Go/protoc, PostgreSQL, the engine and the cell image
+
+.PHONY: postgres
+postgres: ## Make sure PostgreSQL's server binaries are installed (run-store tests start throwaway clusters)
+	scripts/ensure-postgres.sh
 
 .PHONY: pydeps
 pydeps: $(PYDEPS_STAMP) ## Install requirements-dev.txt into PYTHON (skipped while unchanged)
@@ -162,8 +166,9 @@ test-fast: pydeps client-deps ## Everything that needs no Docker or Kubernetes: 
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -n 2 -m "not docker and not k8s"
 
 .PHONY: test-long
-test-long: setup ## Long soaks: the bridge fuzzer with at least 10,000 generated messages
-	CELLBLOCK_FUZZ_EXAMPLES=60 TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -s tests/integration/test_bridge_fuzz.py
+test-long: setup ## Long soaks: 50 crash-consistency rounds per store, 40 concurrent-wait races, the bridge fuzzer with at least 10,000 generated messages (after make test)
+	CELLBLOCK_TEST_LONG=1 CELLBLOCK_FUZZ_EXAMPLES=60 TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -s -o timeout=3600 \
+	  tests/integration/test_crash_consistency.py tests/integration/test_fleet.py tests/integration/test_bridge_fuzz.py
 
 .PHONY: demo
 demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
@@ -174,10 +179,11 @@ serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variable
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Exec latency, suspend->resume and 500-tool search beside their baselines; p50/p95 and ratios
+bench: setup ## Exec latency, suspend->resume, 500-tool search, run store (memory:/SQLite/PostgreSQL); p50/p95 and ratios
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.exec_latency
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.suspend_resume
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.catalog_search
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.run_store
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.noisy_neighbour
 
 # ------------------------------------------------------------------ housekeeping

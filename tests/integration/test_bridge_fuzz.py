@@ -32,7 +32,7 @@ from cellblock.client import CellblockClient, CellblockError, LimitOverrides, Sc
 from cellblock.server.app import ServerSettings, start_service
 from cellblock.server.cells import DockerExecutor, DockerExecutorConfig
 from tests.integration.conftest import IMAGE
-from tests.support.cells import cell_dirs
+from tests.support.cells import cell_dirs, state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -98,7 +98,7 @@ async def test_generated_bridge_messages_never_break_the_host(docker_client: Any
             test_mounts={str(SUPPORT): "/fuzz", str(data): "/fuzz-data"},
         )
         svc = await start_service(
-            ServerSettings(address="127.0.0.1:0", image=IMAGE, code_mode={"enabled": True}, socket_dir=str(sockets), warm_pool=0, cell_wait_ms=4000),
+            ServerSettings(address="127.0.0.1:0", image=IMAGE, code_mode={"enabled": True}, socket_dir=str(sockets), state_dir=state_dir_in(str(sockets)), warm_pool=0, cell_wait_ms=4000),
             executor=DockerExecutor(config),
         )
         sent: list[int] = []
@@ -138,11 +138,12 @@ async def test_generated_bridge_messages_never_break_the_host(docker_client: Any
                 # The service still answers, and nothing is left over.
                 assert (await client.tool_surface(scope, "anthropic/claude-opus-5")).code_mode_engaged
                 assert (await client.list_runs(scope)).runs == []
+                assert await svc.registry.store.counts() == (0, 0), "no slot or suspended run is left in the run store"
         finally:
             await svc.stop()
         print(f"\nbridge fuzzer: {len(sent)} cells, {sum(sent)} generated messages, outcomes {outcomes}")
         assert svc.executor.list_cell_containers() == []  # type: ignore[attr-defined]
         assert cell_dirs(str(sockets)) == []
-        assert svc.state.admission.running == 0 and svc.registry.runs == {}
+        assert svc.state.admission.running == 0 and svc.registry.active == {}
         if EXAMPLES >= 60:
             assert sum(sent) >= 10_000, sum(sent)

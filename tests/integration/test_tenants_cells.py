@@ -20,7 +20,7 @@ import pytest_asyncio
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from tests.integration.conftest import IMAGE
-from tests.support.cells import cell_dirs
+from tests.support.cells import cell_dirs, state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -33,7 +33,7 @@ async def make_service(docker_client: Any) -> AsyncIterator[Any]:
     async def make(**kw: Any) -> Service:
         temp = tempfile.TemporaryDirectory(prefix="cellblock-cells-")
         temps.append(temp)
-        svc = await start_service(ServerSettings(address="127.0.0.1:0", image=IMAGE, code_mode={"enabled": True}, socket_dir=temp.name, **kw))
+        svc = await start_service(ServerSettings(address="127.0.0.1:0", image=IMAGE, code_mode={"enabled": True}, socket_dir=temp.name, state_dir=state_dir_in(temp.name), **kw))
         started.append((svc, temp.name))
         return svc
 

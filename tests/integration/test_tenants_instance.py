@@ -24,11 +24,13 @@ import grpc
 import pytest
 
 from cellblock.client import CellblockClient, InvalidArgumentError, LimitOverrides, Scope, Tool
+from cellblock.server.cells import INSTANCE_ID_FILE
 from cellblock.server.cells._docker import CELL_LABEL, INSTANCE_LABEL
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
 from cellblock.v1 import common_pb2
 from tests.integration.conftest import IMAGE
+from tests.support.cells import state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -52,6 +54,7 @@ class ServiceProcess:
             "CELLBLOCK_ADDRESS": self.address,
             "CELLBLOCK_IMAGE": IMAGE,
             "CELLBLOCK_SOCKET_DIR": socket_dir,
+            "CELLBLOCK_STATE_DIR": state_dir_in(socket_dir),
             "CELLBLOCK_WARM_POOL": str(warm_pool),
             "CELLBLOCK_CODE_MODE": json.dumps({"enabled": True, "timeoutMs": 20000}),
         }
@@ -108,7 +111,7 @@ async def test_a_restart_after_sigkill_removes_its_own_orphans_and_no_one_elses(
     try:
         first = ServiceProcess(sockets, base / "first.log", warm_pool=2)
         await first.ready()
-        instance = (Path(sockets) / "instance-id").read_text().strip()
+        instance = (Path(state_dir_in(sockets)) / INSTANCE_ID_FILE).read_text().strip()
         deadline = time.monotonic() + 60
         while len(_cells(docker_client, instance)) < 2 and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
@@ -120,7 +123,7 @@ async def test_a_restart_after_sigkill_removes_its_own_orphans_and_no_one_elses(
         second = ServiceProcess(sockets, base / "second.log", warm_pool=0)
         try:
             await second.ready()
-            assert (Path(sockets) / "instance-id").read_text().strip() == instance, "the instance id is stable"
+            assert (Path(state_dir_in(sockets)) / INSTANCE_ID_FILE).read_text().strip() == instance, "the instance id is stable"
             assert not orphans & {c.id for c in _cells(docker_client, instance)}, "orphans survived the restart"
             assert [n for n in os.listdir(sockets) if n.startswith("cell-")] == []
             foreign.reload()

@@ -3,9 +3,9 @@
 A fault is injected at each step of a leg in the real service (real Docker cells, the
 session's service): source preparation, the bridge socket, the cell start, attaching,
 dispatching a nested call, projecting the final value, suspending. After each, the
-counts that other tenants share are back at their baseline: runs, suspended-run slots,
-claims, admission permits, active legs, leg cells and socket directories; and the
-service still serves.
+counts that other tenants share are back at their baseline: runs in the registry's cache,
+leases, slot reservations in flight, the run store's slots and suspended runs, admission
+permits, active legs, leg cells and socket directories; and the service still serves.
 """
 
 from __future__ import annotations
@@ -58,12 +58,15 @@ STEPS: list[tuple[str, Any, str, Callable[..., Any], str]] = [
 ]
 
 
-def _counts(service: Any, socket_dir: str) -> dict[str, Any]:
+async def _counts(service: Any, socket_dir: str) -> dict[str, Any]:
     registry = service.registry
+    slots, suspended = await registry.store.counts()
     return {
-        "runs": len(registry.runs),
-        "slots": len(registry.slots),
-        "claimed": len(registry.claimed),
+        "runs": len(registry.active),
+        "leases": len(registry._leases),
+        "reserving": len(registry._reserving),
+        "store_slots": slots,
+        "store_suspended": suspended,
         "admission": service.state.admission.running,
         "active_legs": len(service.state.active_legs),
         "leg_cells": len(leg_cells(service)),
@@ -74,7 +77,7 @@ def _counts(service: Any, socket_dir: str) -> dict[str, Any]:
 async def _settled(service: Any, socket_dir: str, baseline: dict[str, Any]) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while True:
-        now = _counts(service, socket_dir)
+        now = await _counts(service, socket_dir)
         if now == baseline or time.monotonic() > deadline:
             return now
         await asyncio.sleep(0.2)
@@ -92,7 +95,7 @@ async def echo(tool_input: Any, call: Any) -> Any:
 async def test_a_fault_at_each_step_releases_everything(client: CellblockClient, scope: Scope, service: Any, socket_dir: str, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
     _, target, attribute, replacement, program = next(s for s in STEPS if s[0] == step)
     await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
-    baseline = await _settled(service, socket_dir, _counts(service, socket_dir))
+    baseline = await _settled(service, socket_dir, await _counts(service, socket_dir))
     with monkeypatch.context() as patch:
         patch.setattr(target, attribute, replacement)
         result = await asyncio.wait_for(client.exec(scope, tool_call_id=f"fault-{step}", code=program, handlers={"echo": echo}, limits=FRESH_CELL), timeout=60)

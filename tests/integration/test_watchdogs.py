@@ -27,7 +27,7 @@ from cellblock.server.cells import CellBridge, ProcessExecutor
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
 from cellblock.v1 import common_pb2
-from tests.support.cells import cell_dirs
+from tests.support.cells import cell_dirs, state_dir_in
 
 # Substitute guests through the process executor: no Docker needed.
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.process]
@@ -38,7 +38,7 @@ SUPPORT = str(Path(__file__).resolve().parents[1] / "support")
 async def hanging_service() -> AsyncIterator[Service]:
     with tempfile.TemporaryDirectory() as sockets:
         executor = ProcessExecutor(module="hanging_guest", extra_path=(SUPPORT,))
-        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets), executor=executor)
+        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets)), executor=executor)
         yield svc
         await svc.stop()
         assert cell_dirs(sockets) == []
@@ -111,7 +111,7 @@ async def silent_service(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Servi
     # The attach is bounded by the cell wait ([R21]); 1 s here, so the test is quick.
     with tempfile.TemporaryDirectory() as sockets:
         executor = ProcessExecutor(module="silent_guest", extra_path=(SUPPORT,))
-        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, cell_wait_ms=1000), executor=executor)
+        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets), cell_wait_ms=1000), executor=executor)
         yield svc
         await svc.stop()
         assert cell_dirs(sockets) == []

@@ -9,7 +9,6 @@ socket directory behind (only its lock file).
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -17,21 +16,21 @@ from pathlib import Path
 import pytest_asyncio
 
 from cellblock.client import CellblockClient
-from cellblock.server.app import LOCK_FILE, ServerSettings, Service, start_service
+from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import ProcessExecutor
+from tests.support.cells import cell_dirs, state_dir_in
 
 SUPPORT = str(Path(__file__).resolve().parents[1] / "support")
 
 
 async def _service(executor: ProcessExecutor) -> AsyncIterator[Service]:
     with tempfile.TemporaryDirectory(prefix="cellblock-process-") as sockets:
-        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets)
+        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets))
         service = await start_service(settings, executor=executor)
         yield service
         await service.stop()
-        # The instance's lock file stays; nothing else may.
-        left = [name for name in os.listdir(sockets) if name != LOCK_FILE]
-        assert left == [], f"bridge directories left behind: {left}"
+        # The instance's lock file and state directory stay; no bridge directory may.
+        assert cell_dirs(sockets) == [], f"bridge directories left behind: {cell_dirs(sockets)}"
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

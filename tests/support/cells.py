@@ -28,8 +28,16 @@ def leg_cells(service: Service) -> list[str]:
 def cell_dirs(socket_dir: str) -> list[str]:
     """The per-cell bridge directories (``cell-*``) under a socket directory.
 
-    The directory also holds the instance's lock file and instance id, which stay.
+    The directory also holds the instance's lock file (and, with :func:`state_dir_in`, its
+    state directory), which stay.
     """
-    import os  # noqa: PLC0415
-
     return sorted(name for name in os.listdir(socket_dir) if name.startswith("cell-"))
+
+
+def state_dir_in(socket_dir: str) -> str:
+    """A test service's own state directory (``CELLBLOCK_STATE_DIR``), inside its socket directory.
+
+    Each live instance locks its state directory (SPEC §16.2 item 5), so services a test starts
+    beside the session's own each need one; inside the socket directory it goes away with it.
+    """
+    return os.path.join(socket_dir, "state")

@@ -22,7 +22,7 @@ from typing import Any
 
 import docker
 
-from cellblock.server.app import INSTANCE_ID_FILE, LOCK_FILE
+from tests.support.cells import cell_dirs, state_dir_in
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY = ROOT / "node_modules/@modelcontextprotocol/server-memory/dist/index.js"
@@ -119,6 +119,7 @@ class FrontDoorEnv:
             "CELLBLOCK_IMAGE": IMAGE,
             "CELLBLOCK_MCP_SERVERS": json.dumps(servers),
             "CELLBLOCK_SOCKET_DIR": str(socket_dir),
+            "CELLBLOCK_STATE_DIR": state_dir_in(str(socket_dir)),
             "CELLBLOCK_CODE_MODE": json.dumps({"timeoutMs": 15000}),
             "CELLBLOCK_WARM_POOL": "1",
         }
@@ -175,9 +176,8 @@ class FrontDoorEnv:
         finally:
             client.close()
         assert left == [], f"cell containers left behind: {left}"
-        # The instance's lock file and stable instance id stay (they recognise its own orphans); nothing else may.
-        dirs = [p.name for p in self.socket_dir.iterdir() if p.name not in (LOCK_FILE, INSTANCE_ID_FILE)]
-        assert dirs == [], f"bridge directories left behind: {dirs}"
+        # The instance's lock file and state directory (its stable instance id) stay; no bridge directory may.
+        assert cell_dirs(str(self.socket_dir)) == [], f"bridge directories left behind: {cell_dirs(str(self.socket_dir))}"
 
 
 # ---------------------------------------------------------------------------

@@ -9,11 +9,8 @@ stops gracefully on SIGTERM/SIGINT.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
-import secrets
-import shutil
 import signal
 import tempfile
 from dataclasses import dataclass, field
@@ -25,12 +22,24 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from cellblock.server.api import Admission, CatalogService, CodeModeService, FailureInterceptor, RunService, ServiceState
-from cellblock.server.cells import DockerExecutor, DockerExecutorConfig, Executor, KubernetesExecutor, KubernetesExecutorConfig, ProcessExecutor, WarmPool
+from cellblock.server.cells import (
+    DockerExecutor,
+    DockerExecutorConfig,
+    Executor,
+    KubernetesExecutor,
+    KubernetesExecutorConfig,
+    ProcessExecutor,
+    WarmPool,
+    instance_id,
+    lock_directories,
+    recover_orphans,
+)
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_API_MESSAGE_BYTES
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.runs import Runner, RunRegistry
+from cellblock.server.store import DEFAULT_LEASE_SECONDS, RunStore, StoreUnavailableError, default_state_dir, default_store_url, describe_store, make_run_store
 from cellblock.server.telemetry import observe_registry, server_interceptors
 from cellblock.server.workers import cpu_pool
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
@@ -78,9 +87,19 @@ class ServerSettings:
             with ``runtime_unavailable`` [R21] "the service is busy"
             (``CELLBLOCK_CELL_WAIT_MS``, 100 … 300000). Not part of the program's
             ``timeoutMs``, which starts when the cell has the program.
-        state_dir: The instance's own directory for its stable instance id
-            (``CELLBLOCK_STATE_DIR``; empty means ``socket_dir``). Two instances
-            on one machine need different directories.
+        state_dir: The instance's own directory of durable state: its stable
+            instance id and, by default, its run store (``CELLBLOCK_STATE_DIR``,
+            default ``$XDG_STATE_HOME/cellblock``, else ``~/.local/state/cellblock``).
+            Two instances on one machine need different state and socket
+            directories (each is locked while the instance lives).
+        store: The run store (``CELLBLOCK_STORE``): ``sqlite:///<path>``,
+            ``postgresql://…`` or ``memory:``; empty means
+            ``sqlite:///<state_dir>/runs.sqlite3`` (SPEC §16.1 item 1).
+        max_suspended_runs: The deployment's suspended-run cap
+            (``CELLBLOCK_MAX_SUSPENDED_RUNS``, 1 … 1000000, SPEC §2.3). Every
+            replica sharing a store must use the same value.
+        lease_seconds: Lease of a run while a leg holds it (``CELLBLOCK_STORE_LEASE_S``);
+            a replica that dies mid-leg frees its runs after this long.
     """
 
     address: str = "127.0.0.1:50051"
@@ -95,8 +114,11 @@ class ServerSettings:
     metrics: str = "none"
     mcp_servers: tuple[McpServerConfig, ...] = ()
     keepalive_min_ping_interval_ms: int = 5000
-    state_dir: str = ""
     cell_wait_ms: int = DEFAULT_CELL_WAIT_MS
+    state_dir: str = field(default_factory=default_state_dir)
+    store: str = ""
+    max_suspended_runs: int = SUSPENDED_RUN_CAP
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ServerSettings:
@@ -123,9 +145,26 @@ class ServerSettings:
             metrics=env.get("CELLBLOCK_METRICS", base.metrics),
             mcp_servers=parse_mcp_servers(env.get("CELLBLOCK_MCP_SERVERS", "")),
             keepalive_min_ping_interval_ms=int(env.get("CELLBLOCK_KEEPALIVE_MIN_PING_INTERVAL_MS", base.keepalive_min_ping_interval_ms)),
-            state_dir=env.get("CELLBLOCK_STATE_DIR", base.state_dir),
             cell_wait_ms=min(300_000, max(100, int(env.get("CELLBLOCK_CELL_WAIT_MS", base.cell_wait_ms)))),
+            state_dir=env.get("CELLBLOCK_STATE_DIR") or default_state_dir(env),
+            store=env.get("CELLBLOCK_STORE", ""),
+            max_suspended_runs=_bounded(env.get("CELLBLOCK_MAX_SUSPENDED_RUNS"), SUSPENDED_RUN_CAP, 1, 1_000_000, "CELLBLOCK_MAX_SUSPENDED_RUNS"),
+            lease_seconds=float(env.get("CELLBLOCK_STORE_LEASE_S", DEFAULT_LEASE_SECONDS)),
         )
+
+    @property
+    def store_url(self) -> str:
+        """The run store's URL: :attr:`store`, or the SQLite file under :attr:`state_dir`."""
+        return self.store or default_store_url(self.state_dir)
+
+
+def _bounded(text: str | None, default: int, low: int, high: int, name: str) -> int:
+    if text is None or text == "":
+        return default
+    value = int(text)
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in {low}..{high}, not {text!r}")
+    return value
 
 
 def make_executor(settings: ServerSettings, env: dict[str, str] | None = None) -> Executor:
@@ -141,7 +180,7 @@ def make_executor(settings: ServerSettings, env: dict[str, str] | None = None) -
         ValueError: The executor name is unknown, or its settings are invalid.
     """
     if settings.executor == "docker":
-        return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime), instance_id=instance_id(settings.state_dir or settings.socket_dir))
+        return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime), instance_id=instance_id(settings.state_dir))
     if settings.executor == "kubernetes":
         env = dict(os.environ if env is None else env)
         return KubernetesExecutor(KubernetesExecutorConfig.from_env(env, image=settings.image, runtime_class=env.get("CELLBLOCK_K8S_RUNTIME_CLASS") or None))
@@ -158,8 +197,9 @@ class Service:
         server: The grpc.aio server.
         address: The address it listens on (port resolved).
         executor: The cell executor.
-        registry: Suspended runs.
+        registry: This process's runs over the run store.
         state: Catalogs and admission.
+        store: The run store (opened at start, closed at stop).
     """
 
     server: grpc.aio.Server
@@ -170,6 +210,7 @@ class Service:
     health: health.aio.HealthServicer
     sweeper: asyncio.Task[None] | None = None
     pool: WarmPool | None = None
+    store: RunStore | None = None
     locks: list[int] = field(default_factory=list)
 
     async def stop(self, grace: float = 2.0) -> None:
@@ -177,6 +218,9 @@ class Service:
         if self.sweeper is not None:
             self.sweeper.cancel()
         await self.health.enter_graceful_shutdown()
+        if self.state.registry is not None:
+            # Legs aborted by the shutdown keep their runs resumable elsewhere (SPEC §16.1 items 3, 6).
+            self.state.registry.stopping = True
         await self.state.abort_all(timeout=grace + 5.0)
         if self.pool is not None:
             await self.pool.close()
@@ -184,6 +228,8 @@ class Service:
         await self.executor.close()
         if self.state.mcp_hub is not None:
             await self.state.mcp_hub.close()
+        if self.store is not None:
+            await self.store.close()
         for fd in self.locks:
             os.close(fd)
         self.locks.clear()
@@ -222,19 +268,35 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     Args:
         settings: Instance settings.
         executor: Overrides the executor built from ``settings`` (tests).
+
+    Raises:
+        StoreUnavailableError: The run store cannot be opened (fail closed, SPEC §16.1).
     """
     config = CodeModeConfig.from_json(settings.code_mode)
-    locks = lock_directories(settings.socket_dir, settings.state_dir or settings.socket_dir)
+    locks = lock_directories(settings.socket_dir, settings.state_dir)
+    try:
+        store = make_run_store(settings.store_url, settings.max_suspended_runs)
+        await store.open()
+    except BaseException:
+        for fd in locks:
+            os.close(fd)
+        raise
     executor = executor or make_executor(settings)
-    await _recover(settings.socket_dir, executor)
-    registry = RunRegistry()
+    await recover_orphans(settings.socket_dir, executor)
     state = ServiceState(config=config, admission=Admission(settings.max_concurrent_legs))
+    registry = RunRegistry(store, restore_view=state.restore_view, lease_seconds=settings.lease_seconds)
+    state.registry = registry
+    await registry.sweep()
     if settings.mcp_servers:
         state.mcp_hub = McpHub(settings.mcp_servers)
         await state.mcp_hub.start()
     # The pool holds cells sized for the configured memory limit; only the
     # docker executor pools (the process executor is for development).
-    pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes) if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0 else None
+    pool = (
+        WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes)
+        if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0
+        else None
+    )
     runner = Runner(config, executor, registry, settings.socket_dir, pool, cell_wait_ms=settings.cell_wait_ms)
     observe_registry(registry)
     server = grpc.aio.server(
@@ -243,7 +305,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
             ("grpc.max_receive_message_length", MAX_API_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_API_MESSAGE_BYTES),
             *keepalive_options(settings.keepalive_min_ping_interval_ms),
-        ]
+        ],
     )
     catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(state, registry), server)
     code_mode_service_pb2_grpc.add_CodeModeServiceServicer_to_server(CodeModeService(state, runner), server)
@@ -263,102 +325,15 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     await server.start()
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("server.started", address=address, executor=executor.name)
+    log.info("server.started", address=address, executor=executor.name, store=describe_store(settings.store_url), suspended_runs=registry.counts[1])
     service = Service(server, address, executor, registry, state, health_servicer)
     service.pool = pool
+    service.store = store
     service.locks = locks
     if pool is not None:
         pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
     return service
-
-
-#: File in the state directory that keeps the instance id across restarts.
-INSTANCE_ID_FILE = "instance-id"
-
-
-def instance_id(state_dir: str) -> str:
-    """The instance's stable id, read from ``<state_dir>/instance-id`` or created there.
-
-    Cells carry it as a label, so that after a crash the next start of the same
-    instance recognises its own orphans and never touches another instance's cells.
-
-    Raises:
-        OSError: The state directory cannot be created or written (a start-up error).
-    """
-    path = Path(state_dir) / INSTANCE_ID_FILE
-    try:
-        text = path.read_text("ascii").strip()
-        if len(text) == 16 and all(c in "0123456789abcdef" for c in text):
-            return text
-    except (OSError, UnicodeDecodeError):
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    value = secrets.token_hex(8)
-    temporary = path.with_name(f".{INSTANCE_ID_FILE}.{os.getpid()}")
-    temporary.write_text(value + "\n", "ascii")
-    os.replace(temporary, path)
-    return value
-
-
-#: Lock file that keeps two live instances out of one state or socket directory.
-LOCK_FILE = ".cellblock.lock"
-
-
-def lock_directories(*directories: str) -> list[int]:
-    """Takes an exclusive lock on each directory (``flock`` on ``<dir>/.cellblock.lock``).
-
-    An instance removes every ``cell-*`` socket directory and every cell with its
-    instance id at start; the lock makes sure no other live instance shares them.
-
-    Returns:
-        The open lock file descriptors (held until the process exits or they are closed).
-
-    Raises:
-        RuntimeError: Another live instance holds a lock (a start-up error).
-    """
-    fds: list[int] = []
-    for directory in dict.fromkeys(directories):
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            for held in fds:
-                os.close(held)
-            raise RuntimeError(f"another cellblock instance is using {directory}; give each instance its own CELLBLOCK_SOCKET_DIR and CELLBLOCK_STATE_DIR") from None
-        fds.append(fd)
-    return fds
-
-
-async def _recover(socket_dir: str, executor: Executor) -> None:
-    """Removes what an earlier incarnation of this instance left: its cells and socket directories.
-
-    Runs before the server accepts RPCs, so nothing found belongs to a live leg.
-    """
-    removed_dirs = _remove_socket_dirs(socket_dir)
-    try:
-        removed = await executor.remove_orphans()
-    except Exception as exc:  # noqa: BLE001 - an unreachable engine fails legs later, closed
-        log.error("server.orphans_unchecked", reason=exc.__class__.__name__)
-        removed = 0
-    if removed or removed_dirs:
-        log.info("server.orphans_removed", cells=removed, socket_dirs=removed_dirs)
-
-
-def _remove_socket_dirs(base: str) -> int:
-    """Removes every ``cell-*`` socket directory under this instance's ``base``; returns how many."""
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return 0
-    removed = 0
-    for name in names:
-        if name.startswith("cell-"):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
-            removed += 1
-    return removed
 
 
 #: Seconds between sweeps of expired suspended runs (they are also swept at
@@ -369,7 +344,12 @@ SWEEP_INTERVAL_S = 5.0
 async def _sweep_periodically(registry: RunRegistry) -> None:
     while True:
         await asyncio.sleep(SWEEP_INTERVAL_S)
-        for run in registry.sweep():
+        try:
+            swept = await registry.sweep()
+        except Exception as exc:  # noqa: BLE001 - a store hiccup: the next sweep tries again
+            log.warning("run.sweep_failed", error_class=exc.__class__.__name__, error=str(exc)[:200])
+            continue
+        for run in swept:
             log.info("run.expired", run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id)
 
 
@@ -380,7 +360,12 @@ async def serve(settings: ServerSettings | None = None) -> None:
     configure_logging()
     settings = settings or ServerSettings.from_env()
     telemetry = configure_telemetry(settings.traces, settings.metrics)
-    service = await start_service(settings)
+    try:
+        service = await start_service(settings)
+    except StoreUnavailableError as exc:
+        log.error("store.unavailable", store=describe_store(settings.store_url), reason=str(exc))
+        telemetry.shutdown()
+        raise SystemExit(f"cellblock: the run store is unavailable: {exc}") from None
     try:
         await service.executor.check()
     except Exception as exc:  # noqa: BLE001 - reported, legs fail closed

@@ -19,13 +19,17 @@ from cellblock.server import messages as msg
 from cellblock.server.cells import Executor, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, SOURCE_BUDGET_MS
+from cellblock.server.runs._codec import RunDecodeError
 from cellblock.server.runs._leg import Leg
 from cellblock.server.runs._output import NotSerializableError, OutputBudget
 from cellblock.server.runs._policy import settle_yields
 from cellblock.server.runs._ports import CatalogPort, LegPorts
 from cellblock.server.runs._protocol import (
+    Cancelled,
     ClaimBusy,
+    ClaimCancelled,
     Claimed,
+    ClaimForeign,
     ClaimUnknown,
     ErrorCode,
     FailurePhase,
@@ -44,6 +48,15 @@ log = structlog.get_logger("cellblock.runs")
 
 #: Returns the scope's telemetry object (SPEC §12 item 1) at the time of the result.
 Telemetry = Callable[[], dict[str, Any]]
+
+
+def _abort_on_loss(ports: LegPorts) -> Callable[[str], None]:
+    """Aborts the leg when the store says its run was cancelled elsewhere or taken over."""
+
+    def lost(_status: str) -> None:
+        ports.events.put_nowait(Cancelled())
+
+    return lost
 
 
 @dataclass(frozen=True)
@@ -131,7 +144,7 @@ class Runner:
             The finished leg.
         """
         loop = asyncio.get_running_loop()
-        self.registry.sweep()
+        await self.registry.sweep()
         limits: Limits = self.config.limits_with_overrides(overrides)
         checked = validate_exec(
             arguments_json,
@@ -163,12 +176,13 @@ class Runner:
         # The leg's budget is the program's: it starts once the source is prepared (SPEC §10.2 item 2).
         deadline = loop.time() + limits.timeout_ms / 1000.0
         self.registry.add(run)
-        try:
-            remember_exec_span(run)
-            structlog.contextvars.bind_contextvars(run_id=run.run_id)
-            return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
-        except Exception as exc:  # noqa: BLE001 - every path out of a leg releases what the run holds
-            return self._fault(run, exc, telemetry)
+        async with self.registry.holding(run, _abort_on_loss(ports)):
+            try:
+                remember_exec_span(run)
+                structlog.contextvars.bind_contextvars(run_id=run.run_id)
+                return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
+            except Exception as exc:  # noqa: BLE001 - every path out of a leg releases what the run holds
+                return await self._fault(run, exc, telemetry)
 
     async def _prepare(self, source: str, language: str) -> PreparedSource | InputFailure:
         """Prepares the source in the worker pool within its own budget (SPEC §6, [S05]/[S06])."""
@@ -191,6 +205,7 @@ class Runner:
         arguments_json: str,
         ports: LegPorts,
         telemetry: Telemetry,
+        on_claim: Callable[[Run], None] | None = None,
     ) -> LegReport:
         """Runs a wait leg (SPEC §10.6).
 
@@ -200,71 +215,77 @@ class Runner:
             arguments_json: The model's wait arguments, verbatim (SPEC §5.2).
             ports: The leg's port (the stream and its event queue).
             telemetry: Returns the scope's telemetry object.
+            on_claim: Called with the run once the wait holds it (the API reports the
+                run's own view's telemetry when this replica lacks the scope's catalog).
 
         Returns:
             The finished leg: the run's result, ``waiting`` again, or a refusal of the wait.
         """
-        claimed = self._claim(arguments_json, session_id, agent_run_id, telemetry)
+        claimed = await self._claim(arguments_json, session_id, agent_run_id, telemetry)
         if isinstance(claimed, LegReport):
             return claimed
-        try:
-            return await self._resume(claimed, ports, telemetry)
-        except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
-            return self._fault(claimed, exc, telemetry)
+        run, snapshot = claimed
+        async with self.registry.holding(run, _abort_on_loss(ports)):
+            try:
+                if on_claim is not None:
+                    on_claim(run)
+                return await self._resume(run, snapshot, ports, telemetry)
+            except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
+                return await self._fault(run, exc, telemetry)
 
-    async def _resume(self, run: Run, ports: LegPorts, telemetry: Telemetry) -> LegReport:
-        """The wait leg of a claimed run (SPEC §10.6 items 3-5)."""
+    async def _resume(self, run: Run, snapshot: bytes | None, ports: LegPorts, telemetry: Telemetry) -> LegReport:
+        """The wait flow once the run is claimed (SPEC §10.6 items 2-7)."""
         loop = asyncio.get_running_loop()
         ports.run_id = run.run_id
         structlog.contextvars.bind_contextvars(run_id=run.run_id, tool_call_id=run.tool_call_id)
         deadline = loop.time() + run.limits.timeout_ms / 1000.0
         settle_yields(run, loop.time())
-        leg = self._leg(run, ports, deadline, None)
+        leg = self._leg(run, ports, deadline, None, snapshot)
         # Dispatch what a yield, the deadline or restart safety held back;
         # in-flight calls keep running (SPEC §10.6 item 3).
-        if not leg.dispatch_held():
-            return self._project(run, failed(ErrorCode.INVALID_INPUT, msg.R01), telemetry(), [])
+        if not await leg.dispatch_held():
+            return await self._project(run, failed(ErrorCode.INVALID_INPUT, msg.r01(self.registry.cap)), telemetry(), [])
         outcome = await leg.await_results()
         if outcome is not None:
-            return self._project(run, outcome, telemetry(), [])
+            return await self._project(run, outcome, telemetry(), [])
         budget_s = run.limits.min_resume_budget_ms / 1000.0
         if not any(p.result is not None for p in run.pending.values()) or deadline - loop.time() < budget_s:
             # Nothing to deliver in time: waiting again, same run, expiry not renewed.
             run.legs += 1
-            self.registry.release_claim(run)
+            await self.registry.release_claim(run)
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=run.budget.end_leg(), replay_safe=run.replay_safe, telemetry=telemetry())
             return LegReport(result, RunStatus.WAITING, None, run.run_id, run)
         return await self._run_leg(leg, telemetry)
 
-    def _claim(self, arguments_json: str, session_id: str, agent_run_id: str, telemetry: Telemetry) -> Run | LegReport:
-        """Claims the wait's run for the scope (SPEC §10.6 items 1-2), or the refusal's report."""
+    async def _claim(self, arguments_json: str, session_id: str, agent_run_id: str, telemetry: Telemetry) -> tuple[Run, bytes | None] | LegReport:
+        """Claims the wait's run for the scope in the run store (SPEC §10.6 items 1-2, §16.1 item 4).
+
+        Returns:
+            The run and its stored snapshot, or the refusal's report.
+        """
         run_id = validate_wait(arguments_json)
         if isinstance(run_id, InputFailure):
             return self._input_failure(run_id.message, False, telemetry())
-        tomb = self.registry.cancelled.get(run_id)
-        if tomb is not None and tomb.session_id == session_id and tomb.agent_run_id == agent_run_id:
-            self.registry.sweep()
-            if run_id in self.registry.cancelled:
-                result = failed_result(error=msg.R07, code=ErrorCode.ABORTED, failure_phase=FailurePhase.HOST, bridge_dispatch_started=True, output=[], replay_safe=False, telemetry=telemetry())
-                return LegReport(result, RunStatus.FAILED, ErrorCode.ABORTED, "", None)
-        match self.registry.claim(run_id):
+        await self.registry.sweep()
+        try:
+            claimed = await self.registry.claim(run_id, session_id, agent_run_id)
+        except RunDecodeError as exc:
+            log.error("run.unreadable", run_id=run_id, error=str(exc)[:200])
+            return self._host_failure(msg.r18("its stored state cannot be read"), ErrorCode.RUNTIME_UNAVAILABLE, telemetry())
+        match claimed:
             case ClaimUnknown():
                 return self._input_failure(msg.W03, False, telemetry())
-            case ClaimBusy(run=busy):
-                if busy.session_id != session_id:
-                    return self._input_failure(msg.W04, False, telemetry())
-                if busy.agent_run_id != agent_run_id:
-                    return self._input_failure(msg.W05, False, telemetry())
+            case ClaimCancelled():
+                return self._host_failure(msg.R07, ErrorCode.ABORTED, telemetry())
+            case ClaimForeign(other_session=other_session):
+                return self._input_failure(msg.W04 if other_session else msg.W05, False, telemetry())
+            case ClaimBusy():
                 return self._input_failure(msg.W06, False, telemetry())
-            case Claimed(run=run):
-                pass
-        if run.session_id != session_id or run.agent_run_id != agent_run_id:
-            self.registry.release_claim(run)
-            return self._input_failure(msg.W04 if run.session_id != session_id else msg.W05, False, telemetry())
-        return run
+            case Claimed(run=run, snapshot=snapshot):
+                return run, snapshot
 
     # ------------------------------------------------------------------ legs
-    def _leg(self, run: Run, ports: LegPorts, deadline: float, source: str | None) -> Leg:
+    def _leg(self, run: Run, ports: LegPorts, deadline: float, source: str | None, snapshot: bytes | None = None) -> Leg:
         ports.run_id = run.run_id
         return Leg(
             run,
@@ -274,7 +295,8 @@ class Runner:
             socket_base=self.socket_base,
             source=source,
             reserve_slot=self.registry.reserve_slot,
-            snapshots=self.registry.store,
+            slot_cap=self.registry.cap,
+            snapshot=snapshot,
             pool=self.pool,
             cell_wait_s=self.cell_wait_ms / 1000.0,
         )
@@ -289,20 +311,35 @@ class Runner:
             outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
         log.debug("leg.ended", run_id=run.run_id, status=outcome.status, code=outcome.code or "", seconds=round(time.monotonic() - started, 3))
         try:
-            return self._project(run, outcome, telemetry(), leg.accepted_output)
+            return await self._project(run, outcome, telemetry(), leg.accepted_output)
         except Exception as exc:  # noqa: BLE001 - a projection fault must not leave the run holding its slot
-            return self._fault(run, exc, telemetry)
+            return await self._fault(run, exc, telemetry)
 
-    def _fault(self, run: Run, exc: BaseException, telemetry: Telemetry) -> LegReport:
-        """Ends a run after a service fault: forgets it (freeing its slot and claim) and reports [R22]."""
+    async def _fault(self, run: Run, exc: BaseException, telemetry: Telemetry) -> LegReport:
+        """Ends a run after a service fault: forgets it (freeing its slot, claim and lease) and reports [R22].
+
+        The registry's cache forgets the run even when the store cannot be reached; the
+        store's slot is then freed when the run's lease runs out (SPEC §16.1 item 4).
+        """
         log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
-        self.registry.remove(run)
+        try:
+            await self.registry.remove(run)
+        except Exception as store_exc:  # noqa: BLE001 - the cache is already clear; the lease expires
+            log.error("run.remove_failed", run_id=run.run_id, error_class=store_exc.__class__.__name__, error=str(store_exc)[:200])
         code = ErrorCode.INTERNAL_ERROR
         result = failed_result(error=msg.R22, code=code, failure_phase=FailurePhase.HOST, bridge_dispatch_started=run.dispatch_started, output=[], replay_safe=False, telemetry=telemetry())
         return LegReport(result, RunStatus.FAILED, code, "", run)
 
-    def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
+    async def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
         budget = run.budget
+        if outcome.status is RunStatus.WAITING:
+            try:
+                parked = outcome.snapshot is not None and await self.registry.park(run, outcome.snapshot)
+            except Exception as exc:  # noqa: BLE001 - the store failed: nothing is stored, the run fails
+                log.error("run.park_failed", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200])
+                parked = False
+            if not parked:
+                outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
         if outcome.status is RunStatus.COMPLETED:
             try:
                 value = budget.final_value(outcome.value)
@@ -312,23 +349,29 @@ class Runner:
                 outcome.cell_id = cell_id
             else:
                 output = accepted + budget.end_leg()
-                self.registry.remove(run)
+                await self.registry.remove(run)
                 return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
         if outcome.status is RunStatus.WAITING:
             output = accepted + budget.end_leg()
-            self.registry.park(run, run.limits.snapshot_ttl_seconds)
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=output, replay_safe=run.replay_safe, telemetry=tele)
             return LegReport(result, RunStatus.WAITING, None, run.run_id, run, outcome.cell_id)
         output = accepted + budget.end_leg()
         error = budget.final_error(outcome.message)
         code = outcome.code or ErrorCode.INTERNAL_ERROR
-        if code is ErrorCode.ABORTED:
-            self.registry.cancel(run)
+        if code is ErrorCode.ABORTED and self.registry.stopping and run.expires_at > 0:
+            # A resumed run has a last park to resume from; an exec's first leg does not and is aborted.
+            await self.registry.hand_back(run)
+        elif code is ErrorCode.ABORTED:
+            await self.registry.cancel(run)
         else:
-            self.registry.remove(run)
+            await self.registry.remove(run)
         result = failed_result(error=error, code=code, failure_phase=outcome.phase, bridge_dispatch_started=run.dispatch_started, output=output, replay_safe=run.replay_safe, telemetry=tele)
         return LegReport(result, RunStatus.FAILED, code, "", run, outcome.cell_id)
 
     def _input_failure(self, message: str, restart_safe: bool, tele: dict[str, Any]) -> LegReport:
         result = failed_result(error=message, code=ErrorCode.INVALID_INPUT, failure_phase=FailurePhase.INPUT, bridge_dispatch_started=False, output=[], replay_safe=restart_safe, telemetry=tele)
         return LegReport(result, RunStatus.FAILED, ErrorCode.INVALID_INPUT, "", None)
+
+    def _host_failure(self, message: str, code: ErrorCode, tele: dict[str, Any]) -> LegReport:
+        result = failed_result(error=message, code=code, failure_phase=FailurePhase.HOST, bridge_dispatch_started=True, output=[], replay_safe=False, telemetry=tele)
+        return LegReport(result, RunStatus.FAILED, code, "", None)
