@@ -68,6 +68,8 @@ USE = (
 ENDINGS = {
     "value": USE + " return {ok: true, echoed, files};",
     "throw": USE + ' throw new TypeError("the program failed on purpose");',
+    # JSON.stringify throws on a BigInt: the value takes the controller's fallback path.
+    "unrenderable value": USE + " return {big: 10n};",
 }
 PARK = 'await yield_control("park");'
 PLACES = ("top level", "before a park", "after the resume")
