@@ -51,7 +51,7 @@ def _acceptable(result: Any) -> bool:
     if result.status != "failed":
         return False
     if result.code == "output_limit_exceeded":
-        return bool(result.error and result.error.startswith("value could not be serialised"))
+        return bool(result.error and result.error.startswith("output limit exceeded: the return value could not be serialised"))
     return result.code in ("internal_error", "invalid_input") and result.failure_phase in ("guest", "bridge")
 
 
