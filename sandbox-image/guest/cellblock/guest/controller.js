@@ -456,7 +456,28 @@
   // (bridge paths, required names, schema defaults) and its $api headers.
   const mcpData = catalog.mcp ? deepFreeze(catalog.mcp) : null;
   const cut200 = (v) => call(strSlice, StringCtor(v), 0, 200);
-  const copyJson = (v) => jsonParse(jsonStringify(v));
+  // Host data handed to the guest as fresh copies. Their JSON text is made
+  // here, before user code runs: serialising them later would consult a guest
+  // toJSON on Object.prototype or Array.prototype.
+  const hostJson = new WeakMapCtor();
+  function keepJson(v) {
+    if (v !== null && typeof v === "object") call(weakSet, hostJson, v, jsonStringify(v));
+  }
+  function copyJson(v) {
+    if (v === null || typeof v !== "object") return v;
+    const text = call(weakGet, hostJson, v);
+    return jsonParse(text !== undefined ? text : jsonStringify(v));
+  }
+  if (mcpData !== null) {
+    keepJson(mcpData.root.servers);
+    for (let s = 0; s < mcpData.servers.length; s++) {
+      const serverTools = mcpData.servers[s].tools;
+      for (let i = 0; i < serverTools.length; i++) {
+        keepJson(serverTools[i].parameters);
+        for (let d = 0; d < serverTools[i].defaults.length; d++) keepJson(serverTools[i].defaults[d][1]);
+      }
+    }
+  }
 
   function isPlainObject(v) {
     if (v === null || typeof v !== "object" || arrayIsArray(v)) return false;
