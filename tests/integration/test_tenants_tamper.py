@@ -27,7 +27,8 @@ from tests.support.tamperings import CAUGHT_OOM, ENDINGS, PLACES, TAMPERINGS, VA
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 TOOLS = [Tool(source="host", owner="core", name="echo")]
-LIMITS = LimitOverrides(timeout_ms=int(4000 * TIME_SCALE), memory_limit_bytes=32 * 1024 * 1024)
+# Generous: only a hang may reach the deadline (the programs are tiny; a loaded machine slows them).
+LIMITS = LimitOverrides(timeout_ms=int(8000 * TIME_SCALE), memory_limit_bytes=32 * 1024 * 1024)
 
 
 async def echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
@@ -124,6 +125,7 @@ OOM_MESSAGE = (
 async def test_out_of_memory_caught_by_the_guest_is_still_memory_exhaustion(client: CellblockClient, scope: Scope, place: str) -> None:
     # SPEC §10.10 item 1: catching the engine's out-of-memory error and allocating on is still R09.
     await client.put_catalog(scope, TOOLS)
+    # The limit, not the clock, must end it (LIMITS' deadline is generous, as in test_hostile.py).
     result, legs = await _run_to_end(client, scope, "oom", program("", place, CAUGHT_OOM))
     assert (result.status, result.code, result.failure_phase) == ("failed", "runtime_unavailable", "host"), legs
     assert result.error == OOM_MESSAGE
