@@ -385,6 +385,9 @@ class Leg(SettleLoop):
     def _on_output(self, entry_json: str) -> None:
         try:
             entry = json.loads(entry_json)
+        except RecursionError:
+            self._log.warning("bridge.output_too_deep")  # SPEC §8.4 item 6: dropped and logged
+            return
         except ValueError:
             self._log.error("bridge.invalid_output")
             return
@@ -401,7 +404,7 @@ class Leg(SettleLoop):
         """Records entries the cell's controller omitted (SPEC §9 rule 11), as they are reported."""
         try:
             first = json.loads(omission.first_omitted_content or '""')
-        except ValueError:
+        except (ValueError, RecursionError):
             first = ""
         self.run_.budget.record_omitted(max(0, omission.omitted_entries), max(0, omission.omitted_bytes), first if isinstance(first, str) else "")
 
@@ -411,6 +414,8 @@ class Leg(SettleLoop):
         if which == "completed":
             try:
                 value = json.loads(end.completed.value_json)
+            except RecursionError:  # deeper than the host's parser: SPEC §9 rule 10
+                return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15("nesting is too deep for the serialiser"))
             except ValueError:
                 self._log.error("bridge.invalid_value")
                 return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
