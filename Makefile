@@ -179,12 +179,13 @@ serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variable
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Exec latency, suspend->resume, 500-tool search, run store (memory:/SQLite/PostgreSQL); p50/p95 and ratios
+bench: setup ## Exec latency, suspend->resume, 500-tool search, run store (memory:/SQLite/PostgreSQL), noisy neighbours, big final values; p50/p95 and ratios
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.exec_latency
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.suspend_resume
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.catalog_search
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.run_store
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.noisy_neighbour
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.final_value_rss
 
 # ------------------------------------------------------------------ housekeeping
 

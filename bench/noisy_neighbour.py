@@ -154,6 +154,8 @@ async def main() -> None:
             "CELLBLOCK_ADDRESS": address,
             "CELLBLOCK_IMAGE": IMAGE,
             "CELLBLOCK_SOCKET_DIR": sockets,
+            # The instance's own state (its id, the SQLite run store), gone with the directory.
+            "CELLBLOCK_STATE_DIR": os.path.join(sockets, "state"),
             "CELLBLOCK_CODE_MODE": json.dumps({"enabled": True, "timeoutMs": 5000}),
         }
         proc = subprocess.Popen([sys.executable, "-m", "cellblock.server"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: S603

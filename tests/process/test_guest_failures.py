@@ -75,7 +75,9 @@ async def scripted_client(scripted_service: Service) -> AsyncIterator[CellblockC
         ("fail:SYNTAX", "invalid_input", "input", msg.s02(3, 1, "unexpected token")),
         ("fail:UNSERIALISABLE", "output_limit_exceeded", "host", msg.r15("scripted unserialisable")),
         ("exit:3", "runtime_unavailable", "host", msg.r12(3)),
-        ("exit:0", "runtime_unavailable", "host", msg.R13),
+        # The real agent exits 0 only after sending its end: one the host did not get was refused
+        # by the bridge, over the run's bound (SPEC §2.3, §9 rule 6).
+        ("exit:0", "output_limit_exceeded", "host", msg.r15(msg.too_large_to_read(Limits().bridge_message_bytes))),
         ("exit:137", "runtime_unavailable", "host", msg.r09(MEMORY)),
         ("exit:124", "timeout", "host", msg.r05(Limits().timeout_ms)),
         ("garbage", "internal_error", "host", msg.R17),

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
-from cellblock.server.limits import max_source_bytes, min_resume_budget_ms, reply_inbox_bytes, value_reserve_bytes
+from cellblock.server.limits import bridge_message_bytes, max_source_bytes, min_resume_budget_ms, reply_inbox_bytes, value_reserve_bytes
 
 __all__ = [
     "DEFAULT_MODEL_TIERS",
@@ -193,8 +193,26 @@ class Limits:
         """The largest bridge payload in either direction, in bytes (SPEC §2.3)."""
         return reply_inbox_bytes(self.memory_limit_bytes, self.max_snapshot_bytes)
 
+    @property
+    def bridge_message_bytes(self) -> int:
+        """The largest bridge message the run's cell transport reads, in bytes (SPEC §2.3)."""
+        return bridge_message_bytes(self.max_output_bytes, self.memory_limit_bytes, self.max_snapshot_bytes)
+
 
 Limits.default = Limits()
+
+
+def pooled_bridge_message_bytes(memory_limit_bytes: int) -> int:
+    """The bridge message bound of a warm cell, whose run (and its limits) is not known yet.
+
+    The largest any run of that memory limit may need: the highest output budget and
+    snapshot limit a run may ask for (SPEC §2.3).
+    """
+    return bridge_message_bytes(_NUMERIC["max_output_bytes"].high, memory_limit_bytes, _NUMERIC["max_snapshot_bytes"].high)
+
+
+MAX_BRIDGE_MESSAGE_BYTES = pooled_bridge_message_bytes(_NUMERIC["memory_limit_bytes"].high)
+"""The largest bridge message any run may need (the bound of a bridge opened without one)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ so that host and guest read one definition. Settings a deployment chooses are in
 
 from __future__ import annotations
 
+from cellblock.bridge.v1 import bridge_service_pb2 as _bridge
+
 # --- SPEC §2.3 ------------------------------------------------------------------------------
 
 SUSPENDED_RUN_CAP = 64
@@ -96,6 +98,21 @@ def value_reserve_bytes(max_output_bytes: int) -> int:
         ``floor(max_output_bytes / 4)`` bytes.
     """
     return max_output_bytes // 4
+
+
+def bridge_message_bytes(max_output_bytes: int, memory_limit_bytes: int, max_snapshot_bytes: int) -> int:
+    """Returns the largest bridge message a cell's transport reads for one run (SPEC §2.3).
+
+    The larger of the output budget and the reply inbox (a request's arguments may fill the
+    inbox), plus one bridge chunk. The cell's gRPC server refuses a longer message before
+    reading it, so the host never buffers more.
+
+    Args:
+        max_output_bytes: The run's output budget ``B`` in bytes.
+        memory_limit_bytes: The run's cell memory limit in bytes.
+        max_snapshot_bytes: The run's snapshot limit in bytes.
+    """
+    return max(max_output_bytes, reply_inbox_bytes(memory_limit_bytes, max_snapshot_bytes)) + _bridge.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
 
 
 def reply_inbox_bytes(memory_limit_bytes: int, max_snapshot_bytes: int) -> int:

@@ -118,7 +118,6 @@ S04 = (
 )
 
 
-
 def s05(budget_ms: int) -> str:
     """[S05]: source preparation overran its budget of ``budget_ms`` (SPEC §2.3)."""
     return f"source preparation took longer than its {budget_ms} ms budget: the program is too large or too deeply nested to check. No tools were called; send a shorter program."
@@ -275,15 +274,13 @@ def r14(snapshot_bytes: int, max_snapshot_bytes: int) -> str:
 
 
 def r15(reason: str) -> str:
-    """Returns [R15] for a final value that cannot be serialised.
+    """Returns [R15] for a final value that cannot be serialised (or read), for a short ``reason`` such as ``"nesting is too deep"``."""
+    return f"output limit exceeded: the return value could not be serialised into a bounded result ({reason})."
 
-    Args:
-        reason: Short reason, such as ``"nesting is too deep"``.
-    """
-    return (
-        "output limit exceeded: the return value could not be serialised into a bounded "
-        f"result ({reason})."
-    )
+
+def too_large_to_read(max_bytes: int) -> str:
+    """The [R15] reason for a final value or error the host did not read: over ``max_bytes``."""
+    return f"the cell's final message is larger than the {max_bytes} bytes the host reads; return less data"
 
 
 R16 = "the run could not be suspended because its expiry time cannot be represented."
@@ -379,7 +376,6 @@ def b12(tool_id: str, result_bytes: int, inbox_bytes: int) -> str:
 def not_json(tool_id: str) -> str:
     """Returns the text for a runtime's tool result that is not valid JSON (cellblock's own, no SPEC id)."""
     return f'Tool "{echo(tool_id)}" returned a result that is not valid JSON.'
-
 
 
 def b14(path: str) -> str:

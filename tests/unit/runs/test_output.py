@@ -149,6 +149,12 @@ def test_value_truncation_with_multibyte_characters() -> None:
     assert reference_size(marker) <= 1024 < reference_size(dict(marker, prefix=prefix + "😀"))
 
 
+@pytest.mark.parametrize("value", ["x" * 2000, ["😀" * 400], {"a": [1, 2.5, None, "é" * 700]}, "fits"])
+def test_a_value_projected_from_its_text_matches_the_parsed_projection(value: object) -> None:
+    # The host projects a value too large to parse from the compact JSON the cell sent (issue 11).
+    assert OutputBudget(1024).final_text(compact_json(value)) == OutputBudget(1024).final_value(value)
+
+
 @pytest.mark.parametrize(
     ("error", "spent", "expected"),
     [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 
-from cellblock.server.cells._bridge import CellBridge
+from cellblock.server.cells._bridge import DEFAULT_MAX_MESSAGE_BYTES, CellBridge
 
 
 class CellStartError(Exception):
@@ -98,17 +98,19 @@ class Executor(abc.ABC):
             CellStartError: With the reason they cannot.
         """
 
-    async def open_bridge(self, base_dir: str) -> CellBridge:
+    async def open_bridge(self, base_dir: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> CellBridge:
         """Opens the bridge endpoint for one new cell (before :meth:`start`).
 
         The default is the unix transport: a private socket directory under
-        ``base_dir`` that the cell's uid alone may use. Executors whose cells
-        reach the host over the network (Kubernetes) override it.
+        ``base_dir`` that the cell's uid alone may use, whose server reads no
+        message over ``max_message_bytes``. Executors whose cells reach the host
+        over the network (Kubernetes) override it (their shared listener keeps
+        the default bound; the leg checks each run's own).
 
         Raises:
             OSError: The endpoint could not be created.
         """
-        return await CellBridge.open(base_dir, socket_uid=self.cell_uid)
+        return await CellBridge.open(base_dir, socket_uid=self.cell_uid, max_message_bytes=max_message_bytes)
 
     @abc.abstractmethod
     async def start(self, spec: CellSpec) -> Cell:

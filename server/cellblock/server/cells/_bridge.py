@@ -33,18 +33,28 @@ import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
+from cellblock.server.config import MAX_BRIDGE_MESSAGE_BYTES
 from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S
 
 SOCKET_NAME = "bridge.sock"
 _HELLO_TIMEOUT_MS = int(BRIDGE_HELLO_TIMEOUT_S * 1000)
-_MESSAGE_OPTIONS = [
-    ("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
-]
+#: The bound of a bridge opened without one (the TCP listener shared by a replica's cells):
+#: the largest message any run may need.
+DEFAULT_MAX_MESSAGE_BYTES = MAX_BRIDGE_MESSAGE_BYTES
+
+
+def _message_options(max_receive_bytes: int) -> list[tuple[str, int]]:
+    """Message size options: the cell's messages are refused beyond ``max_receive_bytes``, unread."""
+    return [
+        ("grpc.max_send_message_length", pb.BRIDGE_LIMIT_MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", max_receive_bytes),
+    ]
+
+
 #: TCP listener options: a connection that never completes the HTTP/2
 #: handshake, or holds no stream, is closed after the hello timeout.
 _TCP_OPTIONS = [
-    *_MESSAGE_OPTIONS,
+    *_message_options(DEFAULT_MAX_MESSAGE_BYTES),
     ("grpc.server_handshake_timeout_ms", _HELLO_TIMEOUT_MS),
     ("grpc.max_connection_idle_ms", _HELLO_TIMEOUT_MS),
     # A connection takes new streams only within the hello timeout (then GOAWAY; the one
@@ -112,10 +122,13 @@ class CellBridge:
         inbox: Guest messages in arrival order; ``None`` marks the stream's end.
         outbox: Host messages to send; ``None`` closes the stream.
         attached: Set once the cell authenticated.
+        max_message_bytes: The largest message read from the cell (unix transport; a longer
+            one ends the cell's stream unread, SPEC §2.3).
     """
 
-    def __init__(self, directory: str = "", *, socket_uid: int = -1) -> None:
+    def __init__(self, directory: str = "", *, socket_uid: int = -1, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.directory = directory
+        self.max_message_bytes = max_message_bytes
         self.token = secrets.token_hex(32)
         self.token_used = False
         self.engine_build_id = ""
@@ -132,19 +145,21 @@ class CellBridge:
         return os.path.join(self.directory, SOCKET_NAME)
 
     @classmethod
-    async def open(cls, base_dir: str, *, socket_uid: int) -> CellBridge:
+    async def open(cls, base_dir: str, *, socket_uid: int, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> CellBridge:
         """Creates the cell's socket directory and starts its bridge server (unix transport).
 
         Args:
             base_dir: Parent directory for per-cell socket directories.
             socket_uid: The cell's uid, which must be able to connect.
+            max_message_bytes: The largest message the server reads from the cell (the
+                run's ``bridge_message_bytes``).
 
         Raises:
             OSError: The directory or socket could not be created.
         """
         os.makedirs(base_dir, mode=0o711, exist_ok=True)
         directory = tempfile.mkdtemp(prefix="cell-", dir=base_dir)
-        bridge = cls(directory, socket_uid=socket_uid)
+        bridge = cls(directory, socket_uid=socket_uid, max_message_bytes=max_message_bytes)
         try:
             await bridge._start()
         except BaseException:
@@ -153,7 +168,7 @@ class CellBridge:
         return bridge
 
     async def _start(self) -> None:
-        server = grpc.aio.server(options=_MESSAGE_OPTIONS)
+        server = grpc.aio.server(options=_message_options(self.max_message_bytes))
         pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda _token: self, hello_timeout_s=None), server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()

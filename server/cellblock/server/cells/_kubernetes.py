@@ -29,7 +29,7 @@ from typing import Any
 import structlog
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
-from cellblock.server.cells._bridge import BridgeListener, CellBridge
+from cellblock.server.cells._bridge import DEFAULT_MAX_MESSAGE_BYTES, BridgeListener, CellBridge
 from cellblock.server.cells._kubernetes_pod import (
     INSTANCE_LABEL,
     REPLICA_LABEL,
@@ -135,7 +135,7 @@ class KubernetesExecutor(Executor):
             if self.config.owner is not None and self.config.owner.namespace != self.config.namespace:
                 self._tasks.append(asyncio.ensure_future(self._sweep_forever()))
 
-    async def open_bridge(self, base_dir: str) -> CellBridge:
+    async def open_bridge(self, base_dir: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> CellBridge:
         await self.listener.start()
         return self.listener.open()
 

@@ -21,6 +21,7 @@ import structlog
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
 from cellblock.server.cells._bridge import CellBridge
+from cellblock.server.config import pooled_bridge_message_bytes
 from cellblock.server.limits import ATTACH_TIMEOUT_S, POOL_CLOSE_S
 
 log = structlog.get_logger("cellblock.pool")
@@ -145,7 +146,7 @@ class WarmPool:
     async def _start_one(self) -> None:
         warm: WarmCell | None = None
         try:
-            bridge = await self._executor.open_bridge(self._socket_base)
+            bridge = await self._executor.open_bridge(self._socket_base, pooled_bridge_message_bytes(self.memory_limit_bytes))
             spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=self.memory_limit_bytes)
             self._owned.add(spec.cell_id)
             try:

@@ -16,6 +16,7 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, CellSpec, CellStartError, Executor
+from cellblock.server.config import Limits
 from cellblock.server.runs._protocol import Cancelled, CellExited, ErrorCode, LegOutcome, failed
 from cellblock.server.runs._settle import SettleLoop
 
@@ -96,22 +97,24 @@ async def fresh_cell(
     executor: Executor,
     socket_base: str,
     cell_id: str,
-    memory_limit_bytes: int,
+    limits: Limits,
     wait_until: float,
     cell_wait_s: float,
     log: FilteringBoundLogger,
 ) -> tuple[CellBridge, Cell] | LegOutcome:
     """Opens a bridge socket directory under ``socket_base`` and starts a fresh cell on it.
 
+    The bridge reads no message over the run's ``bridge_message_bytes`` (SPEC §2.3).
+
     Returns:
         The bridge and the started cell, or the leg's failed outcome ([R11], [R21]); on a
         failure the bridge is closed here.
     """
     try:
-        bridge = await executor.open_bridge(socket_base)
+        bridge = await executor.open_bridge(socket_base, limits.bridge_message_bytes)
     except OSError as exc:
         return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
-    spec = CellSpec(cell_id=cell_id, bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=memory_limit_bytes)
+    spec = CellSpec(cell_id=cell_id, bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=limits.memory_limit_bytes)
     try:
         started = await start_cell(executor, spec, wait_until, cell_wait_s, log)
     except BaseException:

@@ -1,9 +1,10 @@
-"""Guest-failure mapping: a cell's ``LegEnd.failed`` and exit codes to a failed outcome.
+"""Leg-end mapping: a cell's ``LegEnd`` (completed, failed) and exit codes to an outcome.
 
 The table of SPEC §11.1-§11.3: which failure kind becomes which error code and failure
 phase, and which message text the model sees ([R04], [R05], [R09], [R10], [R12], [R13],
 [R15], [S02]). Guest text (the program's own error) is passed through; everything else
-uses the §14 texts.
+uses the §14 texts. A completed leg's value is parsed only when it may fit the run's
+output budget (SPEC §9 rule 6).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from structlog.typing import FilteringBoundLogger
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.logging import error_head
-from cellblock.server.runs._protocol import ErrorCode, FailurePhase, LegOutcome, Provenance, failed
+from cellblock.server.runs._protocol import ErrorCode, FailurePhase, LegOutcome, Provenance, RunStatus, failed
 from cellblock.server.runs._state import Run
 
 #: Failure kinds whose message is guest text sent as a JSON string literal.
@@ -33,6 +34,29 @@ def guest_text(literal: str) -> str:
     except (ValueError, RecursionError):
         return literal
     return value if isinstance(value, str) else literal
+
+
+def completed_outcome(run: Run, completed: bpb.Completed, log: FilteringBoundLogger) -> LegOutcome:
+    """The outcome of a leg whose program returned (SPEC §9 rule 6).
+
+    A value whose message is larger than the run's final allowance cannot be returned whole:
+    it is kept as the text the cell sent (``value_text``) for the runner to truncate, never
+    parsed (parsing costs many times its size). Sized without building the string.
+
+    Returns:
+        ``completed``; [R15] when it nests deeper than the host's parser; [R17] when a value
+        small enough to parse is not JSON.
+    """
+    if completed.ByteSize() > run.budget.final_allowance():
+        log.info("bridge.value_over_allowance", message_bytes=completed.ByteSize())
+        return LegOutcome(status=RunStatus.COMPLETED, value_text=completed.value_json)
+    try:
+        return LegOutcome(status=RunStatus.COMPLETED, value=json.loads(completed.value_json))
+    except RecursionError:  # deeper than the host's parser: SPEC §9 rule 10
+        return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15("nesting is too deep for the serialiser"))
+    except ValueError:
+        log.error("bridge.invalid_value")
+        return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
 
 
 def guest_failure(run: Run, f: bpb.Failed, log: FilteringBoundLogger) -> LegOutcome:
@@ -83,14 +107,20 @@ def guest_failure(run: Run, f: bpb.Failed, log: FilteringBoundLogger) -> LegOutc
     return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
 
 
-def exit_failure(run: Run, code: int, log: FilteringBoundLogger, *, out_of_memory: bool = False) -> LegOutcome:
-    """Maps the exit of a cell that ended without ``LegEnd`` (SPEC §11.1 ``runtime_unavailable``).
+def exit_failure(run: Run, code: int, log: FilteringBoundLogger, *, out_of_memory: bool = False, bridge_bound: int = 0) -> LegOutcome:
+    """Maps the exit of an attached cell that ended without ``LegEnd`` (SPEC §11.1).
 
     Exit 137 is SIGKILL: [R09] only when the engine reports the memory limit
-    (``out_of_memory``), else a kill from outside the cell, [R12] (SPEC §10.10).
+    (``out_of_memory``), else a kill from outside the cell, [R12] (SPEC §10.10). Exit 0:
+    the cell's bridge refused its end unread, over ``bridge_bound`` bytes ([R15]).
     """
     if code == EXIT_KILLED or code < 0:
         log.error("cell.killed", exit_code=code, out_of_memory=out_of_memory)
         return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r09(run.limits.memory_limit_bytes) if out_of_memory else msg.r12(code))
+    if code == 0:
+        # The guest agent exits 0 only after sending its end: the host's bridge refused that
+        # message unread, over the run's bridge bound (SPEC §2.3, §9 rule 6).
+        log.warning("cell.end_refused", max_message_bytes=bridge_bound)
+        return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(msg.too_large_to_read(bridge_bound)))
     log.error("cell.exited", exit_code=code)
-    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
+    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code))

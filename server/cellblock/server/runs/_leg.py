@@ -25,7 +25,7 @@ from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, Executor, WarmPool
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
-from cellblock.server.runs._guest_failure import exit_failure, guest_failure
+from cellblock.server.runs._guest_failure import completed_outcome, exit_failure, guest_failure
 from cellblock.server.runs._output import NotSerializableError
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
@@ -123,7 +123,7 @@ class Leg(SettleLoop):
             if warm is not None:
                 self._bridge, self._cell = warm.bridge, warm.cell
             else:
-                fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits.memory_limit_bytes, self._cell_wait_until, self.cell_wait_s, self._log)
+                fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits, self._cell_wait_until, self.cell_wait_s, self._log)
                 if isinstance(fresh, LegOutcome):
                     return fresh
                 self._bridge, self._cell = fresh
@@ -283,7 +283,8 @@ class Leg(SettleLoop):
             self.ports.events.put_nowait(CellExited(code))
             return None
         self.abandon_dispatched()
-        return exit_failure(run, code, self._log, out_of_memory=self._out_of_memory)
+        bound = self._bridge.max_message_bytes if self._bridge is not None else 0
+        return exit_failure(run, code, self._log, out_of_memory=self._out_of_memory, bridge_bound=bound)
 
     def _suspend(self) -> None:
         assert self._bridge is not None
@@ -412,14 +413,7 @@ class Leg(SettleLoop):
         run = self.run_
         which = end.WhichOneof("outcome")
         if which == "completed":
-            try:
-                value = json.loads(end.completed.value_json)
-            except RecursionError:  # deeper than the host's parser: SPEC §9 rule 10
-                return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15("nesting is too deep for the serialiser"))
-            except ValueError:
-                self._log.error("bridge.invalid_value")
-                return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
-            return LegOutcome(status=RunStatus.COMPLETED, value=value)
+            return completed_outcome(run, end.completed, self._log)
         if which == "suspended":
             return await self._on_suspended(end.suspended)
         if which == "failed":

@@ -9,6 +9,7 @@ never replaced by U+FFFD.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -284,11 +285,31 @@ class OutputBudget:
             NotSerializableError: The value cannot be serialised (the caller fails the
                 run with [R15]).
         """
-        text = compact_json(value)
-        size = utf8_size(text)
+        return self._final(compact_json(value), lambda: value)
+
+    def final_text(self, text: str) -> Any:
+        """Projects a final value the host did not parse, from its compact JSON as the cell sent it (rule 6).
+
+        The cell's ``JSON.stringify`` writes compact JSON (SPEC §0.3 item 2), so the marker
+        is the one :meth:`final_value` would build; only a value that fits is parsed.
+
+        Raises:
+            NotSerializableError: The text fits the allowance but is not JSON (or nests too deep).
+        """
+
+        def parse() -> Any:
+            try:
+                return json.loads(text)
+            except (ValueError, RecursionError):
+                raise NotSerializableError("the cell sent a value that is not JSON") from None
+
+        return self._final(text, parse)
+
+    def _final(self, text: str, value: Callable[[], Any]) -> Any:
+        size = len(text) if text.isascii() else utf8_size(text)
         allowance = self.final_allowance()
         if size <= allowance:
-            return value
+            return value()
 
         def make(prefix: str, prefix_bytes: int) -> dict[str, Any]:
             return {

@@ -279,6 +279,8 @@ class LegOutcome:
     Attributes:
         status: The result's status.
         value: The JSON-safe value (completed).
+        value_text: Instead of ``value``, the value's compact JSON as the cell sent it, when
+            it is too large for the run's allowance and was not parsed (SPEC §9 rule 6).
         code, message, phase: The failure (failed).
         cell_id: The cell that ran the leg, if one started.
         reason: Why a waiting leg parked: ``yield`` or ``pending_tools``.
@@ -288,6 +290,7 @@ class LegOutcome:
 
     status: RunStatus
     value: Any = None
+    value_text: str | None = None
     code: ErrorCode | None = None
     message: str = ""
     phase: FailurePhase = FailurePhase.HOST

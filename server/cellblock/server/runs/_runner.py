@@ -332,6 +332,9 @@ class Runner:
 
     async def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
         budget = run.budget
+        # The leg's truncation marker counts toward the budget before the value's allowance, and
+        # before a park stores the budget (SPEC §9 rules 5-6).
+        markers = budget.end_leg()
         if outcome.status is RunStatus.WAITING:
             try:
                 parked = outcome.snapshot is not None and await self.registry.park(run, outcome.snapshot)
@@ -340,22 +343,20 @@ class Runner:
                 parked = False
             if not parked:
                 outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
+        output = accepted + markers
         if outcome.status is RunStatus.COMPLETED:
             try:
-                value = budget.final_value(outcome.value)
+                value = budget.final_value(outcome.value) if outcome.value_text is None else budget.final_text(outcome.value_text)
             except NotSerializableError as exc:
                 cell_id = outcome.cell_id
                 outcome = failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(str(exc)))
                 outcome.cell_id = cell_id
             else:
-                output = accepted + budget.end_leg()
                 await self.registry.remove(run)
                 return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
         if outcome.status is RunStatus.WAITING:
-            output = accepted + budget.end_leg()
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=output, replay_safe=run.replay_safe, telemetry=tele)
             return LegReport(result, RunStatus.WAITING, None, run.run_id, run, outcome.cell_id)
-        output = accepted + budget.end_leg()
         error = budget.final_error(outcome.message)
         code = outcome.code or ErrorCode.INTERNAL_ERROR
         if code is ErrorCode.ABORTED and self.registry.stopping and run.expires_at > 0:

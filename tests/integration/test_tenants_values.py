@@ -1,0 +1,59 @@
+"""The host reads a cell's final value only up to the cell's bridge bound (issue 11 item 4, SPEC §2.3, §9 rule 6).
+
+Real service, real cells. A final value larger than the run's allowance
+is truncated from the text the cell sent, never parsed; one larger than the cell's bridge bound (the
+larger of the budget and the reply inbox, plus one chunk) is refused by the bridge's transport
+unread, and fails the run ``output_limit_exceeded`` [R15] naming the bound. A tool call's arguments
+up to the reply inbox still cross.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
+from cellblock.server import messages as msg
+from cellblock.server.config import Limits
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+MIB = 1024 * 1024
+#: A memory limit the warm pool does not hold: the leg gets a fresh cell, bounded by its own limits.
+FRESH = 256 * MIB
+
+
+async def echo(tool_input: Any, call: Any) -> Any:
+    return {"details": len(tool_input.get("s", ""))}
+
+
+async def test_a_value_over_the_bridge_bound_is_refused_unread(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
+    limits = Limits(memory_limit_bytes=FRESH)
+    assert limits.bridge_message_bytes == 11 * MIB  # max(64 KiB, min(256 MiB, 10 MiB)) + 1 MiB
+    result = await client.exec(scope, tool_call_id="v-transport", code='return "x".repeat(20 * 1024 * 1024);', handlers={}, limits=LimitOverrides(memory_limit_bytes=FRESH))
+    assert (result.status, result.code, result.failure_phase) == ("failed", "output_limit_exceeded", "host"), result.raw_json
+    assert result.error == msg.r15(msg.too_large_to_read(limits.bridge_message_bytes))
+    assert (await client.list_runs(scope)).runs == []
+
+
+async def test_a_value_under_the_bridge_bound_is_truncated_from_its_text(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
+    # 3 MiB: under the bridge bound (11 MiB), far over the allowance: truncated without being parsed.
+    result = await client.exec(scope, tool_call_id="v-read", code='return ["x".repeat(3 * 1024 * 1024), 1];', handlers={}, limits=LimitOverrides(memory_limit_bytes=FRESH))
+    assert result.status == "completed", result.raw_json
+    value = result.value
+    assert value["truncated"] is True and value["prefix"].startswith('["xxx'), result.raw_json[:300]
+    assert value["omittedBytes"] == len('["",1]') + 3 * MIB - len(value["prefix"].encode())
+
+
+async def test_a_value_just_over_the_budget_is_still_truncated_and_large_arguments_still_cross(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
+    over = await client.exec(scope, tool_call_id="v-trunc", code='return "y".repeat(200000);', handlers={}, limits=LimitOverrides(memory_limit_bytes=FRESH))
+    assert over.status == "completed", over.raw_json
+    assert over.value["truncated"] is True and over.value["omittedBytes"] > 0 and set(over.value["prefix"]) == {'"', "y"}, over.raw_json
+    # A request's arguments may fill the reply inbox (10 MiB here), beyond the output budget.
+    code = 'return await tools.callValue("host:core:echo", {s: "z".repeat(4 * 1024 * 1024)});'
+    big = await client.exec(scope, tool_call_id="v-args", code=code, handlers={"echo": echo}, limits=LimitOverrides(memory_limit_bytes=FRESH))
+    assert (big.status, big.value) == ("completed", 4 * MIB), big.raw_json
