@@ -79,27 +79,70 @@ async def test_an_exceeded_cell_wait_is_busy_and_leaks_no_cell(make_service: Any
     assert svc.executor.list_cell_containers() == []  # type: ignore[attr-defined]
 
 
-async def test_a_paused_pooled_cell_is_never_handed_out(make_service: Any, docker_client: docker.DockerClient) -> None:
-    svc = await make_service(warm_pool=1)
+async def _ready_pooled(svc: Service, docker_client: docker.DockerClient) -> list[Any]:
+    """The pool's containers once every one of them is ready (attached), not still starting."""
     assert svc.pool is not None
     deadline = time.monotonic() + 60
-    while not svc.pool.idle_container_names() and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
     while time.monotonic() < deadline:
         names = svc.pool.idle_container_names()
         containers = [docker_client.containers.get(n) for n in names]
-        if containers and all(c.status == "running" for c in containers) and svc.pool._ready:  # noqa: SLF001 - wait for "ready", not "starting"
-            break
+        if containers and all(c.status == "running" for c in containers) and len(svc.pool._ready) == len(names):  # noqa: SLF001 - "ready", not "starting"
+            return containers
         await asyncio.sleep(0.2)
-    paused = [docker_client.containers.get(n) for n in svc.pool.idle_container_names()]
-    for container in paused:
-        container.pause()
+    raise AssertionError("the pool never got ready")
+
+
+async def _removed(docker_client: docker.DockerClient, name: str) -> bool:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            docker_client.containers.get(name)
+        except docker.errors.NotFound:
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def _exec_fresh(svc: Service) -> tuple[Any, float]:
     async with await CellblockClient.connect(svc.address) as client:
-        scope = Scope("paused", "paused")
+        scope = Scope("frozen", "frozen")
         await client.put_catalog(scope, [Tool(source="host", name="noop")])
         started = time.monotonic()
         result = await client.exec(scope, tool_call_id="p", code="return 'fresh'", handlers={}, limits=LimitOverrides(timeout_ms=3000))
-        elapsed = time.monotonic() - started
+        return result, time.monotonic() - started
+
+
+async def test_a_paused_pooled_cell_is_never_handed_out_and_is_removed(make_service: Any, docker_client: docker.DockerClient) -> None:
+    svc = await make_service(warm_pool=1, cell_wait_ms=20000)
+    paused = await _ready_pooled(svc, docker_client)
+    for container in paused:
+        container.pause()
+    result, elapsed = await _exec_fresh(svc)
     assert (result.status, result.value) == ("completed", "fresh"), result.raw_json
     assert result.metadata.cell_id not in {c.name.removeprefix("cellblock-") for c in paused}
-    assert elapsed < 10, elapsed  # before: the paused cell was used and the exec waited out the attach bound
+    assert elapsed < 15, elapsed  # before: the paused cell was used and the exec waited out the attach bound
+    for container in paused:
+        assert await _removed(docker_client, container.name), f"the paused cell {container.name} was kept"
+
+
+async def test_a_pooled_cell_whose_agent_stops_answering_pings_is_discarded(make_service: Any, docker_client: docker.DockerClient) -> None:
+    svc = await make_service(warm_pool=1, cell_wait_ms=20000)
+    assert svc.pool is not None
+    frozen = await _ready_pooled(svc, docker_client)
+    warm = {w.cell.cell_id: w for w in svc.pool._ready}  # noqa: SLF001 - the bridges of the ready cells
+    # SIGSTOP freezes the agent (the container's only process); the engine still reports it running.
+    for container in frozen:
+        container.kill(signal="SIGSTOP")
+    deadline = time.monotonic() + 15
+    bridges = [warm[c.name.removeprefix("cellblock-")].bridge for c in frozen]
+    while any(not b.inbox.qsize() for b in bridges) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    for container in frozen:
+        container.reload()
+        assert container.status == "running" and not container.attrs["State"]["Paused"], "the engine sees nothing wrong"
+    assert all(b.inbox.qsize() for b in bridges), "an unanswered ping over the bridge ends the frozen cell's stream"
+    result, _ = await _exec_fresh(svc)
+    assert (result.status, result.value) == ("completed", "fresh"), result.raw_json
+    assert result.metadata.cell_id not in warm
+    for container in frozen:
+        assert await _removed(docker_client, container.name), f"the frozen cell {container.name} was kept"

@@ -201,3 +201,9 @@ CELL_STATE_CHECK_S = 2.0
 
 POOL_CLOSE_S = 30.0
 """Seconds the warm pool waits at shutdown for cells still starting."""
+
+WARM_PING_INTERVAL_MS = 1000
+"""How often the host pings a warm cell over its bridge (an HTTP/2 PING on the cell's connection), in milliseconds."""
+
+WARM_PING_TIMEOUT_MS = 3000
+"""How long a ping may go unanswered before the host closes the warm cell's bridge stream (the pool then discards it), in milliseconds."""

@@ -98,19 +98,21 @@ class Executor(abc.ABC):
             CellStartError: With the reason they cannot.
         """
 
-    async def open_bridge(self, base_dir: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> CellBridge:
+    async def open_bridge(self, base_dir: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, *, ping: bool = False) -> CellBridge:
         """Opens the bridge endpoint for one new cell (before :meth:`start`).
 
         The default is the unix transport: a private socket directory under
         ``base_dir`` that the cell's uid alone may use, whose server reads no
         message over ``max_message_bytes``. Executors whose cells reach the host
         over the network (Kubernetes) override it (their shared listener keeps
-        the default bound; the leg checks each run's own).
+        the default bound; the leg checks each run's own). ``ping`` makes the host
+        ping the cell's connection and end its stream when a ping goes unanswered
+        (warm cells, which wait unused).
 
         Raises:
             OSError: The endpoint could not be created.
         """
-        return await CellBridge.open(base_dir, socket_uid=self.cell_uid, max_message_bytes=max_message_bytes)
+        return await CellBridge.open(base_dir, socket_uid=self.cell_uid, max_message_bytes=max_message_bytes, ping=ping)
 
     @abc.abstractmethod
     async def start(self, spec: CellSpec) -> Cell:

@@ -34,7 +34,7 @@ import grpc
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.server.config import MAX_BRIDGE_MESSAGE_BYTES
-from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S
+from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S, WARM_PING_INTERVAL_MS, WARM_PING_TIMEOUT_MS
 
 SOCKET_NAME = "bridge.sock"
 _HELLO_TIMEOUT_MS = int(BRIDGE_HELLO_TIMEOUT_S * 1000)
@@ -50,6 +50,16 @@ def _message_options(max_receive_bytes: int) -> list[tuple[str, int]]:
         ("grpc.max_receive_message_length", max_receive_bytes),
     ]
 
+
+#: Options of a warm cell's bridge: the host pings the cell's connection (HTTP/2 PING, answered by the
+#: agent's gRPC runtime) and closes it when a ping goes unanswered, so a frozen cell (paused, stopped,
+#: its agent hung) loses its stream, which the pool sees before handing the cell out.
+_PING_OPTIONS = [
+    ("grpc.keepalive_time_ms", WARM_PING_INTERVAL_MS),
+    ("grpc.keepalive_timeout_ms", WARM_PING_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", WARM_PING_TIMEOUT_MS),
+    ("grpc.http2.max_pings_without_data", 0),
+]
 
 #: TCP listener options: a connection that never completes the HTTP/2
 #: handshake, or holds no stream, is closed after the hello timeout.
@@ -124,11 +134,14 @@ class CellBridge:
         attached: Set once the cell authenticated.
         max_message_bytes: The largest message read from the cell (unix transport; a longer
             one ends the cell's stream unread, SPEC §2.3).
+        ping: The host pings the cell's connection and ends its stream when it goes unanswered
+            (warm cells, unix transport).
     """
 
-    def __init__(self, directory: str = "", *, socket_uid: int = -1, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
+    def __init__(self, directory: str = "", *, socket_uid: int = -1, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, ping: bool = False) -> None:
         self.directory = directory
         self.max_message_bytes = max_message_bytes
+        self.ping = ping
         self.token = secrets.token_hex(32)
         self.token_used = False
         self.engine_build_id = ""
@@ -145,7 +158,7 @@ class CellBridge:
         return os.path.join(self.directory, SOCKET_NAME)
 
     @classmethod
-    async def open(cls, base_dir: str, *, socket_uid: int, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> CellBridge:
+    async def open(cls, base_dir: str, *, socket_uid: int, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, ping: bool = False) -> CellBridge:
         """Creates the cell's socket directory and starts its bridge server (unix transport).
 
         Args:
@@ -153,13 +166,14 @@ class CellBridge:
             socket_uid: The cell's uid, which must be able to connect.
             max_message_bytes: The largest message the server reads from the cell (the
                 run's ``bridge_message_bytes``).
+            ping: Ping the cell's connection (a warm cell: :data:`_PING_OPTIONS`).
 
         Raises:
             OSError: The directory or socket could not be created.
         """
         os.makedirs(base_dir, mode=0o711, exist_ok=True)
         directory = tempfile.mkdtemp(prefix="cell-", dir=base_dir)
-        bridge = cls(directory, socket_uid=socket_uid, max_message_bytes=max_message_bytes)
+        bridge = cls(directory, socket_uid=socket_uid, max_message_bytes=max_message_bytes, ping=ping)
         try:
             await bridge._start()
         except BaseException:
@@ -168,7 +182,7 @@ class CellBridge:
         return bridge
 
     async def _start(self) -> None:
-        server = grpc.aio.server(options=_message_options(self.max_message_bytes))
+        server = grpc.aio.server(options=_message_options(self.max_message_bytes) + (_PING_OPTIONS if self.ping else []))
         pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda _token: self, hello_timeout_s=None), server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()

@@ -135,7 +135,7 @@ class KubernetesExecutor(Executor):
             if self.config.owner is not None and self.config.owner.namespace != self.config.namespace:
                 self._tasks.append(asyncio.ensure_future(self._sweep_forever()))
 
-    async def open_bridge(self, base_dir: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> CellBridge:
+    async def open_bridge(self, base_dir: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES, *, ping: bool = False) -> CellBridge:
         await self.listener.start()
         return self.listener.open()
 

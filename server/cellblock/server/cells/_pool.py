@@ -100,8 +100,9 @@ class WarmPool:
     async def take(self, memory_limit_bytes: int) -> WarmCell | None:
         """Like :meth:`acquire`, but only hands out a cell that still runs and is not paused.
 
-        A dead or frozen cell (paused, stopped, its agent gone: its bridge stream
-        ended) is destroyed and the next one tried; ``None`` when none is left.
+        A dead or frozen cell (paused, stopped, its agent gone or hung: its bridge stream
+        ended, which an unanswered ping over the bridge also does) is destroyed and the
+        next one tried; ``None`` when none is left.
         """
         while True:
             warm = self.acquire(memory_limit_bytes)
@@ -146,7 +147,7 @@ class WarmPool:
     async def _start_one(self) -> None:
         warm: WarmCell | None = None
         try:
-            bridge = await self._executor.open_bridge(self._socket_base, pooled_bridge_message_bytes(self.memory_limit_bytes))
+            bridge = await self._executor.open_bridge(self._socket_base, pooled_bridge_message_bytes(self.memory_limit_bytes), ping=True)
             spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=self.memory_limit_bytes)
             self._owned.add(spec.cell_id)
             try:
