@@ -72,7 +72,9 @@ end = st.one_of(
 hello = st.text(max_size=30).map(lambda t: pb.AttachRequest(hello=pb.Hello(cell_token=t)).SerializeToString())
 raw = st.binary(min_size=1, max_size=64)
 message = st.one_of(well_formed, well_formed, well_formed, polluted, output, idle, chunk, end, hello, raw)
-plans = st.tuples(st.integers(0, 19).map(lambda n: n != 0), st.lists(message, min_size=120, max_size=250))
+#: Messages per plan: at full length (60 plans) at least 170 each, so a run sends at least 10,200.
+MIN_PLAN = 170 if EXAMPLES >= 60 else 120
+plans = st.tuples(st.integers(0, 19).map(lambda n: n != 0), st.lists(message, min_size=MIN_PLAN, max_size=250))
 
 
 def _write_plan(path: Path, good_token: bool, messages: list[bytes]) -> None:

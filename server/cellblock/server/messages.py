@@ -279,8 +279,8 @@ def r15(reason: str) -> str:
 
 
 def too_large_to_read(max_bytes: int) -> str:
-    """The [R15] reason for a final value or error the host did not read: over ``max_bytes``."""
-    return f"the cell's final message is larger than the {max_bytes} bytes the host reads; return less data"
+    """The [R15] reason when the cell ended without a result the host read (a message over ``max_bytes`` is refused unread)."""
+    return f"the cell ended without a result the host could read; a final message over {max_bytes} bytes is refused unread, so return less data"
 
 
 R16 = "the run could not be suspended because its expiry time cannot be represented."
