@@ -38,6 +38,7 @@ from cellblock.server.config import CodeModeConfig
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
+from cellblock.server.memory import trim_free_memory, tune_allocator, use_system_allocator
 from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.store import DEFAULT_LEASE_SECONDS, RunStore, StoreUnavailableError, default_state_dir, default_store_url, describe_store, make_run_store
 from cellblock.server.telemetry import observe_registry, server_interceptors
@@ -351,6 +352,8 @@ async def _sweep_periodically(registry: RunRegistry) -> None:
             continue
         for run in swept:
             log.info("run.expired", run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id)
+        # What legs freed goes back to the system (off the loop: it walks the heap).
+        await asyncio.to_thread(trim_free_memory)
 
 
 async def serve(settings: ServerSettings | None = None) -> None:
@@ -358,6 +361,7 @@ async def serve(settings: ServerSettings | None = None) -> None:
     from cellblock.server.telemetry.sdk import configure_telemetry  # noqa: PLC0415 - SDK wiring only here (docs/DESIGN.md §5)
 
     configure_logging()
+    tune_allocator()
     settings = settings or ServerSettings.from_env()
     telemetry = configure_telemetry(settings.traces, settings.metrics)
     try:
@@ -383,5 +387,6 @@ async def serve(settings: ServerSettings | None = None) -> None:
 
 def main() -> None:
     """Entry point of ``python -m cellblock.server``."""
+    use_system_allocator()
     Path(ServerSettings().socket_dir).mkdir(parents=True, exist_ok=True)
     asyncio.run(serve())
