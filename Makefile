@@ -170,10 +170,8 @@ serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variable
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Exec latency, suspend->resume and 500-tool search beside their baselines; p50/p95 and ratios
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.exec_latency
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.suspend_resume
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.catalog_search
+bench: setup ## Latency, nested calls, resumes, cold start, 16-client throughput beside their baselines; tables + build/bench/ CSV and PNG
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench
 
 # ------------------------------------------------------------------ housekeeping
 

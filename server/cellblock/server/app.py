@@ -167,6 +167,7 @@ class Service:
         if self.pool is not None:
             await self.pool.close()
         await self.server.stop(grace)
+        await self.executor.reaper.drain()
         await self.executor.close()
         if self.state.mcp_hub is not None:
             await self.state.mcp_hub.close()
@@ -215,7 +216,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
         await state.mcp_hub.start()
     # The pool holds cells sized for the configured memory limit; only the
     # docker executor pools (the process executor is for development).
-    pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes) if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0 else None
+    pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes, max_size=settings.max_concurrent_legs) if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0 else None
     runner = Runner(config, executor, registry, settings.socket_dir, pool)
     observe_registry(registry)
     server = grpc.aio.server(

@@ -38,6 +38,10 @@ TOKEN_ENV = "CELLBLOCK_CELL_TOKEN"
 #: name the replica's certificate carries (pod IPs change; the name does not).
 TLS_ENV = ("CELLBLOCK_BRIDGE_TLS_CA", "CELLBLOCK_BRIDGE_TLS_CERT", "CELLBLOCK_BRIDGE_TLS_KEY")
 TLS_NAME_ENV = "CELLBLOCK_BRIDGE_TLS_NAME"
+#: The engine heap limit the cell was sized for (bytes). With it the agent
+#: prepares the leg's VM before it authenticates (engine instance and the
+#: evaluated controller factory), so a pooled cell's leg does only per-leg work.
+MEMORY_LIMIT_ENV = "CELLBLOCK_MEMORY_LIMIT_BYTES"
 # The agent's watchdog ends the process when one VM step runs this long past
 # the leg's deadline (an engine built-in that ignores the interrupt handler).
 WATCHDOG_GRACE_S = 0.75
@@ -50,31 +54,47 @@ _REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_P
 
 
 class _Watchdog:
-    """Ends the process when a VM step overruns the deadline (second layer)."""
+    """Ends the process when a VM step overruns the deadline (second layer).
+
+    The thread sleeps until the armed deadline plus grace, not in a polling
+    loop. Arming wakes it only when the new limit is earlier than the one it
+    sleeps towards, so the two arms per VM step (deadline, then disarm) cost
+    no thread switch once a leg's deadline is known.
+    """
 
     def __init__(self) -> None:
-        self._deadline: float | None = None
-        self._lock = threading.Lock()
+        self._deadline = float("inf")
+        self._sleeping_until = float("inf")
+        self._changed = threading.Condition()
         threading.Thread(target=self._run, name="cellblock-watchdog", daemon=True).start()
 
     def arm(self, deadline: float) -> None:
-        with self._lock:
+        with self._changed:
             self._deadline = deadline
+            if deadline < self._sleeping_until:
+                self._changed.notify()
 
     def _run(self) -> None:
-        while True:
-            time.sleep(0.05)
-            with self._lock:
+        with self._changed:
+            while True:
                 deadline = self._deadline
-            if deadline is not None and time.monotonic() > deadline + WATCHDOG_GRACE_S:
-                os._exit(pb.CELL_EXIT_CODE_WATCHDOG)
+                if deadline == float("inf"):
+                    self._sleeping_until = deadline
+                    self._changed.wait()
+                    continue
+                remaining = deadline + WATCHDOG_GRACE_S - time.monotonic()
+                if remaining < 0:
+                    os._exit(pb.CELL_EXIT_CODE_WATCHDOG)
+                self._sleeping_until = deadline
+                self._changed.wait(timeout=remaining)
 
 
 class Leg:
     """Runs one leg over an attached bridge stream."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, memory_limit_bytes: int = 0) -> None:
         self._token = token
+        self._memory_limit_bytes = memory_limit_bytes
         self._send_q: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
         self._watchdog = _Watchdog()
         self._deadline = time.monotonic() + 60.0
@@ -91,6 +111,9 @@ class Leg:
 
     async def run(self, channel: grpc.aio.Channel) -> None:
         stub = pb_grpc.BridgeServiceStub(channel)
+        # Prepared before the hello, so a cell counts as ready (attached) only
+        # once its VM is: the leg's Start then pays for per-leg work alone.
+        prepared = CellVM.prepared(memory_limit_bytes=self._memory_limit_bytes) if self._memory_limit_bytes > 0 else None
         self._send(pb.AttachRequest(hello=pb.Hello(cell_token=self._token, engine_build_id=engine_build_id())))
         call = stub.Attach(self._requests())
         responses = call.__aiter__()
@@ -101,7 +124,13 @@ class Leg:
         received = time.monotonic()
         deadline = received + start.limits.deadline_ms / 1000.0
         self._deadline = deadline
-        vm = CellVM(memory_limit_bytes=start.limits.memory_limit_bytes, deadline=deadline)
+        if prepared is not None and prepared.memory_limit_bytes == start.limits.memory_limit_bytes:
+            vm, prepared = prepared, None
+            vm.deadline = deadline
+        else:
+            vm = CellVM(memory_limit_bytes=start.limits.memory_limit_bytes, deadline=deadline)
+        if prepared is not None:
+            prepared.close()
         end = await self._drive(vm, start, responses)
         self._send(pb.AttachRequest(end=end))
         self._send(None)
@@ -259,6 +288,8 @@ def _channel(env: dict[str, str], options: list[tuple[str, Any]]) -> grpc.aio.Ch
 async def _amain() -> int:
     env = dict(os.environ)
     token = env.get(TOKEN_ENV, "")
+    limit_text = env.get(MEMORY_LIMIT_ENV, "")
+    memory_limit_bytes = int(limit_text) if limit_text.isdigit() else 0
     # Nothing else of the environment is needed; drop it so no value lingers.
     for key in list(os.environ):
         if key not in ("PATH", "PYTHONPATH", "HOME"):
@@ -275,7 +306,7 @@ async def _amain() -> int:
         except (TimeoutError, grpc.aio.AioRpcError):
             print("cellblock-guest: bridge unreachable", file=sys.stderr)
             return pb.CELL_EXIT_CODE_BRIDGE_UNREACHABLE
-        await Leg(token).run(channel)
+        await Leg(token, memory_limit_bytes).run(channel)
     return pb.CELL_EXIT_CODE_UNSPECIFIED
 
 

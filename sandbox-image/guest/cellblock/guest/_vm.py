@@ -8,6 +8,7 @@ forwards over the bridge.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -171,6 +172,12 @@ def _engine_build_id() -> str:
 _ENGINE_BUILD_ID = _engine_build_id()
 
 
+@functools.cache
+def _controller_source() -> str:
+    """The controller's source text (read once per process)."""
+    return resources.files(__package__).joinpath("controller.js").read_text("utf-8")
+
+
 class CellVM:
     """One QuickJS VM with the cellblock controller installed.
 
@@ -195,6 +202,22 @@ class CellVM:
         self._instance = self._ctx._engine_ctx._inst
         self._instance.store.set_limits(memory_size=memory_limit_bytes + WASM_HEADROOM_BYTES)
         self._ctrl: quickjs_rs.Handle | None = None
+        self._factory: quickjs_rs.Handle | None = None
+        self._methods: dict[str, quickjs_rs.Handle] = {}
+
+    @classmethod
+    def prepared(cls, *, memory_limit_bytes: int) -> CellVM:
+        """A VM made ahead of its leg, with the controller source already evaluated.
+
+        Everything here is the same for every leg (engine instance, host
+        callbacks, the compiled controller factory); nothing of a leg is in it
+        yet, and no guest code has run. :meth:`install` then only calls the
+        factory with the leg's configuration. The deadline is set when the
+        leg starts (``vm.deadline``); until then no guest code can run.
+        """
+        vm = cls(memory_limit_bytes=memory_limit_bytes, deadline=time.monotonic() + 3600.0)
+        vm._factory = vm._guard(lambda: vm._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
+        return vm
 
     def _interrupt(self) -> bool:
         if time.monotonic() >= self.deadline:
@@ -205,9 +228,11 @@ class CellVM:
     # -- lifecycle --
     def install(self, config: dict[str, Any]) -> None:
         """Evaluates the controller with ``config`` and keeps its handle."""
-        source = resources.files(__package__).joinpath("controller.js").read_text("utf-8")
         config = dict(config, wrapperPrefix=_WRAPPER_PREFIX, wrapperSuffix=_WRAPPER_SUFFIX)
-        factory = self._guard(lambda: self._ctx.eval_handle(source, filename="cellblock:controller.js"))
+        factory = self._factory
+        if factory is None:
+            factory = self._guard(lambda: self._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
+        self._factory = None
         self._ctrl = self._guard(lambda: factory.call(json.loads(json.dumps(config))))
 
     def start(self, source: str) -> None:
@@ -252,11 +277,19 @@ class CellVM:
 
     def status(self) -> dict[str, Any]:
         """Returns the controller's view of the leg (phase, host work, ...)."""
-        return dict(self._guard(lambda: self._controller("status").call().to_python()))
+        text = self._guard(lambda: self._controller("statusJson").call().to_python())
+        value = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(value, dict):
+            raise RuntimeError("the controller returned an invalid status")
+        return value
 
     def take(self) -> Outbox:
         """Takes the controller's outbox (requests, output, omissions) and empties it."""
-        return _outbox(self._guard(lambda: self._controller("take").call().to_python()))
+        text = self._guard(lambda: self._controller("takeJson").call().to_python())
+        taken = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(taken, dict):
+            raise RuntimeError("the controller returned an invalid outbox")
+        return _outbox(taken)
 
     def salvage(self) -> Outbox:
         """Takes the outbox of a poisoned VM, if it can still answer.
@@ -305,8 +338,10 @@ class CellVM:
         start = len(_SNAPSHOT_MAGIC) + 1
         name = compressed[start : start + size].decode("ascii")
         raw = zlib.decompress(compressed[start + size :])
+        self._factory = None  # the restored heap replaces the prepared one
         self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
         self._ctrl = self._ctx.globals.get_handle(name)
+        self._methods = {}
         self._guard(lambda: self._controller("unpark").call(name))
         self._guard(lambda: self._controller("resume").call(json.loads(json.dumps(config))))
 
@@ -319,8 +354,13 @@ class CellVM:
 
     # -- helpers --
     def _controller(self, name: str) -> quickjs_rs.Handle:
+        # The controller object is frozen: its methods never change, so each
+        # handle is looked up once per controller (a restore brings a new one).
         assert self._ctrl is not None
-        return self._ctrl.get(name)
+        method = self._methods.get(name)
+        if method is None:
+            method = self._methods[name] = self._ctrl.get(name)
+        return method
 
     def _guard(self, fn: Any) -> Any:
         self._runtime._deadline = self.deadline

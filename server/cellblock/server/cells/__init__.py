@@ -15,6 +15,7 @@ from cellblock.server.cells._kubernetes_pod import KubernetesExecutorConfig, Own
 from cellblock.server.cells._lockdown import DEFAULT_LOCKDOWN, Lockdown
 from cellblock.server.cells._pool import WarmPool
 from cellblock.server.cells._process import ProcessExecutor
+from cellblock.server.cells._reaper import CellReaper
 
 __all__ = [
     "DEFAULT_LOCKDOWN",
@@ -22,6 +23,7 @@ __all__ = [
     "BridgeTls",
     "Cell",
     "CellBridge",
+    "CellReaper",
     "CellSpec",
     "CellStartError",
     "DockerExecutor",

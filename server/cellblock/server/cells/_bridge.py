@@ -164,6 +164,10 @@ class CellBridge:
         """Queues a message for the cell."""
         self.outbox.put_nowait(msg)
 
+    def hang_up(self) -> None:
+        """Ends the cell's stream now; nothing more reaches the cell. Idempotent."""
+        self.outbox.put_nowait(None)
+
     async def close(self) -> None:
         """Ends the cell's stream, stops its transport and removes its socket directory. Idempotent."""
         self.outbox.put_nowait(None)

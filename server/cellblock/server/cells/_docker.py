@@ -98,6 +98,8 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
         "environment": {
             BRIDGE_SOCKET_ENV: f"{CELL_BRIDGE_MOUNT}/bridge.sock",
             CELL_TOKEN_ENV: spec.cell_token,
+            # Lets the agent prepare its VM before the leg starts (not a secret).
+            "CELLBLOCK_MEMORY_LIMIT_BYTES": str(spec.memory_limit_bytes),
         },
         "volumes": {spec.bridge_dir: {"bind": CELL_BRIDGE_MOUNT, "mode": "rw"}},
         "labels": {CELL_LABEL: spec.cell_id, INSTANCE_LABEL: instance_id, **config.extra_labels},
@@ -261,6 +263,7 @@ class DockerExecutor(Executor):
         return [str(c.attrs.get("Names", ["?"])[0]).lstrip("/") for c in found]
 
     async def close(self) -> None:
+        await self.reaper.drain()
         if self._client is not None:
             await self.run_blocking(self._client.close)
             self._client = None

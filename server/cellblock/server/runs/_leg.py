@@ -141,13 +141,9 @@ class Leg(SettleLoop):
 
     async def _cleanup(self) -> None:
         self._cancel_tasks()
-        if self._cell is not None:
-            try:
-                await self._cell.remove()
-            except Exception as exc:  # noqa: BLE001 - cleanup must go on
-                self._log.error("cell.remove_failed", error=exc.__class__.__name__)
-        if self._bridge is not None:
-            await self._bridge.close()
+        # The bridge stream closes now; the container and socket directory
+        # are removed off the reply path (cells.CellReaper).
+        self.executor.reaper.retire(self._cell, self._bridge)
 
     async def _pump_inbox(self) -> None:
         assert self._bridge is not None
