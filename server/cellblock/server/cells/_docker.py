@@ -19,7 +19,7 @@ import docker
 import docker.errors
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
-from cellblock.server.cells._lockdown import BRIDGE_SOCKET_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, Lockdown
+from cellblock.server.cells._lockdown import BRIDGE_SOCKET_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, MEMORY_LIMIT_ENV, Lockdown
 
 #: Stopped cells older than this are orphans of a dead service (Docker duration).
 ORPHAN_AGE = "10m"
@@ -99,7 +99,7 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
             BRIDGE_SOCKET_ENV: f"{CELL_BRIDGE_MOUNT}/bridge.sock",
             CELL_TOKEN_ENV: spec.cell_token,
             # Lets the agent prepare its VM before the leg starts (not a secret).
-            "CELLBLOCK_MEMORY_LIMIT_BYTES": str(spec.memory_limit_bytes),
+            MEMORY_LIMIT_ENV: str(spec.memory_limit_bytes),
         },
         "volumes": {spec.bridge_dir: {"bind": CELL_BRIDGE_MOUNT, "mode": "rw"}},
         "labels": {CELL_LABEL: spec.cell_id, INSTANCE_LABEL: instance_id, **config.extra_labels},
