@@ -62,7 +62,11 @@ seccomp-selftest: image ## Check the cell's seccomp profile: needed calls work, 
 # ------------------------------------------------------------------ developer setup
 
 .PHONY: setup
-setup: pydeps npm-deps client-deps image ## Install pinned Python deps, npm tools, Go/protoc, the engine and the cell image
+setup: pydeps npm-deps client-deps postgres image ## Install pinned Python deps, npm tools, Go/protoc, PostgreSQL, the engine and the cell image
+
+.PHONY: postgres
+postgres: ## Make sure PostgreSQL's server binaries are installed (run-store tests start throwaway clusters)
+	scripts/ensure-postgres.sh
 
 .PHONY: pydeps
 pydeps: $(PYDEPS_STAMP) ## Install requirements-dev.txt into PYTHON (skipped while unchanged)
@@ -158,8 +162,13 @@ test-k8s: pydeps ## The k8s tier against the cluster of KUBECONFIG (k8s/README.m
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -rs -m k8s tests/k8s
 
 .PHONY: test-fast
-test-fast: pydeps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)
-	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -m "not docker and not k8s"
+test-fast: pydeps client-deps ## Everything that needs no Docker or Kubernetes: unit and process tiers (cells as local subprocesses)
+	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -n 2 -m "not docker and not k8s"
+
+.PHONY: test-long
+test-long: setup ## Long soaks: 50 crash-consistency rounds per store, 40 concurrent-wait races (after make test)
+	CELLBLOCK_TEST_LONG=1 TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -s -o timeout=3600 \
+	  tests/integration/test_crash_consistency.py tests/integration/test_fleet.py
 
 .PHONY: demo
 demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
@@ -170,7 +179,7 @@ serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variable
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Latency, nested calls, resumes, cold start, 16-client throughput beside their baselines; tables + build/bench/ CSV and PNG
+bench: setup ## Latency, nested calls, resumes, cold start, 16-client throughput, run store (memory:/SQLite/PostgreSQL) beside their baselines; tables + build/bench/ CSV and PNG
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench
 
 # ------------------------------------------------------------------ housekeeping

@@ -22,7 +22,7 @@ def _quiet() -> None:
 
 def main() -> None:
     """Runs every section, writes the files, prints where."""
-    from bench import catalog_search, exec_latency
+    from bench import catalog_search, exec_latency, run_store
     from bench._report import OUT_DIR, Report
 
     _quiet()
@@ -32,6 +32,8 @@ def main() -> None:
     report.write()
     print("\n## Catalog search (500 tools)", flush=True)
     catalog_search.main()
+    print("\n## Run store (memory:, SQLite, PostgreSQL)", flush=True)
+    asyncio.run(run_store.main())
     print(f"\nwrote {OUT_DIR}/samples.csv, summary.csv, report.txt, latency.png ({time.perf_counter() - started:.0f} s in all)")
 
 

@@ -17,7 +17,10 @@ if [ "${1:-}" = "--out" ]; then
   [ -n "${2:-}" ] || { echo "usage: gen-proto.sh [--out DIR]" >&2; exit 2; }
   mkdir -p "$2" && dest="$(cd "$2" && pwd)"
 fi
-python="$(command -v "${PYTHON:-python}")"
+python="$(command -v "${PYTHON:-python}")" || { echo "gen-proto.sh: no interpreter ${PYTHON:-python}" >&2; exit 1; }
+# Absolute, since the script changes directory (the Makefile's default is the relative .venv/bin/python);
+# the file itself is not resolved, so a virtualenv's symlinked interpreter keeps its site-packages.
+python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")"
 # protoc-gen-mypy and protoc-gen-mypy_grpc live next to the interpreter (a virtualenv's bin/).
 PATH="$(dirname "$python"):$PATH"
 

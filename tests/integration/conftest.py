@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 
@@ -20,6 +21,7 @@ from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import DockerExecutor
 from tests.support.cells import IMAGE, OCI_RUNTIME
+from tests.support.service_process import remove_cells_of
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +46,9 @@ def socket_dir() -> Iterator[str]:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def service(docker_client: docker.DockerClient, socket_dir: str) -> AsyncIterator[Service]:
-    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, oci_runtime=OCI_RUNTIME, code_mode={"enabled": True, "timeoutMs": 8000}, socket_dir=socket_dir)
+    # The embedded default store (SQLite, WAL) in a directory of this session only.
+    state_dir = tempfile.mkdtemp(prefix="cellblock-test-state-")
+    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, oci_runtime=OCI_RUNTIME, code_mode={"enabled": True, "timeoutMs": 8000}, socket_dir=socket_dir, state_dir=state_dir)
     svc = await start_service(settings)
     yield svc
     await svc.stop()
@@ -55,6 +59,7 @@ async def service(docker_client: docker.DockerClient, socket_dir: str) -> AsyncI
     left = executor.list_cell_containers()
     assert left == [], f"cell containers left behind: {left}"
     assert os.listdir(socket_dir) == [], f"bridge directories left behind: {os.listdir(socket_dir)}"
+    shutil.rmtree(state_dir, ignore_errors=True)
 
 
 @pytest_asyncio.fixture(loop_scope="session")
@@ -71,3 +76,23 @@ def scope() -> Scope:
     n = next(_counter)
     return Scope(session_id=f"sess-{os.getpid()}-{n}", agent_run_id=f"agent-{n}")
 
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def durable_store_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A fresh durable run store: a SQLite file, or a new database on the session's real PostgreSQL."""
+    if request.param == "sqlite":
+        return "sqlite:///" + str(tmp_path_factory.mktemp("store") / "runs.sqlite3").lstrip("/")
+    cluster = request.getfixturevalue("pg_cluster")
+    return str(cluster.database(f"it_{next(_databases)}_{os.getpid()}"))
+
+
+_databases = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def process_sockets() -> Iterator[str]:
+    """A bridge-socket directory for service processes; cells a killed process left are removed after."""
+    with tempfile.TemporaryDirectory(prefix="cellblock-proc-cells-") as d:
+        yield d
+        remove_cells_of(d)

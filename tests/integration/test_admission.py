@@ -35,7 +35,7 @@ async def test_legs_beyond_the_bound_get_resource_exhausted_and_no_run(docker_cl
                 assert len(ran) == 2 and all(r.status == "completed" and r.value == "ran" for r in ran)
                 assert len(refused) == 2
                 assert all("too many legs are running on this instance (limit 2); retry shortly" in str(r) for r in refused)
-                assert service.registry.runs == {}, "a refused leg creates no run"
+                assert service.registry.active == {}, "a refused leg creates no run"
                 again = await client.exec(scope, tool_call_id="after", code="return 1", handlers={})
                 assert again.status == "completed"
         finally:

@@ -11,6 +11,7 @@ import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import Service
+from cellblock.server.store import SqliteRunStore
 from tests.support.cells import leg_cells
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -184,21 +185,23 @@ async def test_unknown_expired_and_cancelled_runs(client: CellblockClient, scope
 
 async def test_suspended_run_cap_refuses_the_65th(client: CellblockClient, scope: Scope, service: Service) -> None:
     await _catalog(client, scope)
-    registry = service.registry
-    fillers = {f"run_filler_{i}" for i in range(64 - len(registry.slots))}
-    registry.slots.update(fillers)  # 64 runs hold slots
+    store = service.registry.store
+    held = (await store.counts())[0]
+    fillers = [f"run_filler_{i}" for i in range(64 - held)]
+    for run_id in fillers:  # 64 runs hold slots in the deployment's store
+        assert await store.reserve_slot(run_id, "filler", "filler", 1.0, "filler-lease", 600)
     try:
-        before = len(registry.slots)
         result = await client.exec(scope, tool_call_id="cap", code='return await yield_control();', handlers={})
         assert (result.status, result.code) == ("failed", "invalid_input")
-        assert result.error == "too many runs are suspended or waiting on tools on this cellblock instance (limit 64); finish waiting runs before starting new ones."
+        assert result.error == "too many runs are suspended or waiting on tools in this cellblock deployment (limit 64); finish waiting runs before starting new ones."
         called: list[Any] = []
         result = await client.exec(scope, tool_call_id="cap2", code='return await tools.callValue("client:app:slow", {});', handlers={"slow": lambda i, c: called.append(i)})
         assert result.code == "invalid_input" and result.bridge_dispatch_started is False
         assert called == [], "nothing may be dispatched without a slot"
-        assert len(registry.slots) == before
+        assert (await store.counts())[0] == 64
     finally:
-        registry.slots.difference_update(fillers)
+        for run_id in fillers:
+            await store.remove(run_id, "filler-lease")
 
 
 async def test_snapshot_over_the_cap_fails_with_its_size(client: CellblockClient, scope: Scope) -> None:
@@ -245,7 +248,10 @@ async def test_restart_safe_refuses_unsafe_calls_and_parks_safe_ones(client: Cel
 async def test_snapshot_from_another_engine_build_is_refused(client: CellblockClient, scope: Scope, service: Service) -> None:
     await _catalog(client, scope)
     run_id = await _suspended(client, scope, "build")
-    service.registry.runs[run_id].engine_build_id = "0" * 64  # as if made by another cell image
+    store = service.registry.store
+    assert isinstance(store, SqliteRunStore)
+    # As if made by another cell image: the build id stored with the snapshot differs.
+    await store.call(lambda c: c.execute("UPDATE cellblock_runs SET engine_build_id = ? WHERE run_id = ?", ("0" * 64, run_id)))
     result = await client.wait(scope, tool_call_id="build-w", run_id=run_id)
     assert (result.status, result.code) == ("failed", "runtime_unavailable")
     assert result.error == "cell runtime unavailable: the suspended program was made by a different cell image and cannot be restored here."

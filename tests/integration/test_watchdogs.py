@@ -24,6 +24,9 @@ from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import CellBridge, ProcessExecutor
+from cellblock.v1 import code_mode_service_pb2 as cpb
+from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
+from cellblock.v1 import common_pb2
 
 # Substitute guests through the process executor: no Docker needed.
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.process]
@@ -100,3 +103,45 @@ async def test_bridge_refuses_a_first_message_that_is_not_hello() -> None:
             await channel.close()
         finally:
             await bridge.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def silent_service(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Service]:
+    # The attach timeout is 30 s in service; 1 s here, so the test is quick.
+    monkeypatch.setattr("cellblock.server.runs._leg.ATTACH_TIMEOUT_S", 1.0)
+    with tempfile.TemporaryDirectory() as sockets:
+        executor = ProcessExecutor(module="silent_guest", extra_path=(SUPPORT,))
+        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets), executor=executor)
+        yield svc
+        await svc.stop()
+        assert os.listdir(sockets) == []
+
+
+async def test_attach_timeout_holds_while_runtime_events_wait_for_the_cell(silent_service: Service) -> None:
+    """A runtime event queued before the cell attaches neither spins the leg nor defers the attach timeout.
+
+    The tool result arrives while the cell is still starting; the leg keeps it for after the
+    attach (it used to take it off the queue and put it back in a loop, restarting the attach
+    timeout on every turn, so a cell that never attached held the leg until the caller gave up).
+    """
+    scope = Scope("attach", "attach")
+    async with await CellblockClient.connect(silent_service.address) as client:
+        await client.put_catalog(scope, [Tool(source="host", name="noop")])
+    async with grpc.aio.insecure_channel(silent_service.address) as channel:
+        call = cpb_grpc.CodeModeServiceStub(channel).Exec()
+        start = cpb.ExecStart(scope=common_pb2.Scope(session_id=scope.session_id, agent_run_id=scope.agent_run_id), tool_call_id="a", arguments_json='{"code": "return 1"}')
+        await call.write(cpb.ExecRequest(start=start))
+        await call.write(cpb.ExecRequest(tool_result=cpb.ToolResult(nested_call_id="nested_unknown", ok_json="1")))
+        started = time.monotonic()
+
+        async def result() -> cpb.Result:
+            async for message in call:
+                if message.WhichOneof("message") == "result":
+                    return message.result
+            raise AssertionError("the stream ended without a result")
+
+        got = await asyncio.wait_for(result(), timeout=15)
+        elapsed = time.monotonic() - started
+    assert got.code == cpb.ERROR_CODE_RUNTIME_UNAVAILABLE, got
+    assert "did not attach to its bridge in time" in got.result_json
+    assert elapsed < 6, f"ended after {elapsed:.1f}s"

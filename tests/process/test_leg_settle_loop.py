@@ -10,13 +10,18 @@ dispatch, abort, and the claim rules of a wait.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
+import grpc
 import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool, ToolCallInfo
 from cellblock.server import messages as msg
 from cellblock.server.app import Service
+from cellblock.v1 import code_mode_service_pb2 as cpb
+from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
+from cellblock.v1 import common_pb2
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
@@ -281,6 +286,34 @@ async def test_cancel_run_aborts_a_leg_in_its_cell_and_the_run_is_gone(client: C
     assert result.bridge_dispatch_started is True
     later = await client.wait(scope, tool_call_id="a1-w", run_id=gate.infos[0].run_id)
     assert (later.status, later.code, later.error) == ("failed", "aborted", msg.R07)
+
+
+async def test_an_abort_sends_the_runtime_a_cancel_notice_for_each_dispatched_call(client: CellblockClient, service: Service, scope: Scope) -> None:
+    """SPEC §3.6: an aborted leg tells the runtime about every call it dispatched that has no result.
+
+    A raw Exec stream, not the Python client: the client cancels its handlers of any run that
+    ends, which would hide whether the service sent the ``ToolCallCancelled`` notices.
+    """
+    await _catalog(client, scope)
+    code = 'const a = tools.callValue("client:app:slow", {n: 1}); const b = tools.callValue("client:app:slow", {n: 2}); return [await a, await b];'
+    start = cpb.ExecStart(scope=common_pb2.Scope(session_id=scope.session_id, agent_run_id=scope.agent_run_id), tool_call_id="a4", arguments_json=json.dumps({"code": code}))
+    async with grpc.aio.insecure_channel(service.address) as channel:
+        call = cpb_grpc.CodeModeServiceStub(channel).Exec()
+        await call.write(cpb.ExecRequest(start=start))
+        dispatched: list[str] = []
+        cancelled: list[str] = []
+        async for message in call:
+            which = message.WhichOneof("message")
+            if which == "tool_call":
+                dispatched.append(message.tool_call.nested_call_id)
+                if len(dispatched) == 2:
+                    assert await client.cancel_run(scope, message.tool_call.run_id) == "running"
+            elif which == "tool_call_cancelled":
+                cancelled.append(message.tool_call_cancelled.nested_call_id)
+            elif which == "result":
+                assert message.result.code == cpb.ERROR_CODE_ABORTED, message.result
+                break
+    assert len(dispatched) == 2 and sorted(cancelled) == sorted(dispatched), (dispatched, cancelled)
 
 
 async def test_cancel_run_aborts_the_cell_free_part_of_a_wait(client: CellblockClient, scope: Scope) -> None:

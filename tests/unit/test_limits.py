@@ -8,6 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import limits, messages
 from cellblock.server.config import Limits
@@ -75,11 +77,12 @@ def test_echoed_guest_text_is_cut_to_the_echo_limit() -> None:
     assert text == "unsupported bridge method: " + "m" * limits.ECHO_MAX_CHARS
 
 
-def test_the_registry_refuses_a_slot_past_the_cap_r01_names() -> None:
+@pytest.mark.asyncio(loop_scope="session")
+async def test_the_registry_refuses_a_slot_past_the_cap_r01_names() -> None:
     registry = RunRegistry()
-    runs: list[Any] = [SimpleNamespace(run_id=f"run_{i}", holds_slot=False) for i in range(limits.SUSPENDED_RUN_CAP + 1)]
-    assert all(registry.reserve_slot(run) for run in runs[:-1])
-    assert not registry.reserve_slot(runs[-1])
+    runs: list[Any] = [SimpleNamespace(run_id=f"run_{i}", session_id="s", agent_run_id="a", created_at=1.0, holds_slot=False) for i in range(limits.SUSPENDED_RUN_CAP + 1)]
+    assert all([await registry.reserve_slot(run) for run in runs[:-1]])
+    assert not await registry.reserve_slot(runs[-1])
     assert f"(limit {limits.SUSPENDED_RUN_CAP})" in messages.R01
 
 

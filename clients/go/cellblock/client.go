@@ -321,8 +321,12 @@ func (c *Client) Exec(ctx context.Context, scope Scope, o ExecOptions) (*RunResu
 	if args == "" {
 		args = jsonText(map[string]string{"code": o.Code})
 	}
+	// The stream's own context: cancelled once the stream has ended (leg.release), or grpc-go
+	// keeps its goroutine for as long as the caller's ctx lives.
+	ctx, release := context.WithCancel(ctx)
 	stream, err := c.CodeMode.Exec(ctx)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	start := &pb.ExecStart{Scope: scope.proto(), ToolCallId: o.ToolCallID, ArgumentsJson: args, TurnId: o.TurnID, ForceRestartSafe: o.ForceRestartSafe, LimitOverrides: o.Limits}
@@ -336,6 +340,7 @@ func (c *Client) Exec(ctx context.Context, scope Scope, o ExecOptions) (*RunResu
 		},
 		recv:      func() (legResponse, error) { return stream.Recv() },
 		closeSend: stream.CloseSend,
+		release:   release,
 	}
 	return c.runLeg(l, "", o.LegOptions)
 }
@@ -352,8 +357,12 @@ func (c *Client) Wait(ctx context.Context, scope Scope, o WaitOptions) (*RunResu
 		_ = json.Unmarshal([]byte(args), &parsed)
 		runID = parsed.RunID
 	}
+	// The stream's own context: cancelled once the stream has ended (leg.release), or grpc-go
+	// keeps its goroutine for as long as the caller's ctx lives.
+	ctx, release := context.WithCancel(ctx)
 	stream, err := c.CodeMode.Wait(ctx)
 	if err != nil {
+		release()
 		return nil, err
 	}
 	start := &pb.WaitStart{Scope: scope.proto(), ToolCallId: o.ToolCallID, ArgumentsJson: args}
@@ -367,6 +376,7 @@ func (c *Client) Wait(ctx context.Context, scope Scope, o WaitOptions) (*RunResu
 		},
 		recv:      func() (legResponse, error) { return stream.Recv() },
 		closeSend: stream.CloseSend,
+		release:   release,
 	}
 	return c.runLeg(l, runID, o.LegOptions)
 }
@@ -386,6 +396,7 @@ type leg struct {
 	sendCancel func() error
 	recv       func() (legResponse, error)
 	closeSend  func() error
+	release    context.CancelFunc // cancels the stream's context
 
 	mu     sync.Mutex
 	open   bool
@@ -463,6 +474,7 @@ func (c *Client) runLeg(l *leg, waitRunID string, o LegOptions) (*RunResult, err
 	for {
 		msg, err := l.recv()
 		if err != nil {
+			l.release()
 			if run != nil {
 				c.dropRun(run)
 			}
@@ -499,6 +511,16 @@ func (c *Client) runLeg(l *leg, waitRunID string, o LegOptions) (*RunResult, err
 		case msg.GetResult() != nil:
 			result := resultOf(msg.GetResult())
 			c.endLeg(run, l, result)
+			// Read the stream to its end (the service's status follows the Result), so that
+			// the service finishes the RPC itself, then release it.
+			go func() {
+				defer l.release()
+				for {
+					if _, err := l.recv(); err != nil {
+						return
+					}
+				}
+			}()
 			return result, nil
 		}
 	}

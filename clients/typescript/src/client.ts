@@ -556,7 +556,9 @@ export class CellblockClient {
     const ctl = new AbortController();
     run.inFlight.set(tc.nestedCallId, ctl);
     const info = toCallInfo(tc, ctl.signal);
-    const handler = handlers[tc.catalogId] ?? handlers[tc.name];
+    // Own keys only: a tool named "constructor" or "toString" must not find Object.prototype's.
+    const own = (key: string): ToolHandler<any, any> | undefined => (Object.hasOwn(handlers, key) ? handlers[key] : undefined);
+    const handler = own(tc.catalogId) ?? own(tc.name);
     void invoke(handler, tc.inputJson, info).then((result) => {
       if (run.inFlight.get(tc.nestedCallId) !== ctl) return; // abandoned
       run.inFlight.delete(tc.nestedCallId);

@@ -26,10 +26,11 @@ from grpc_reflection.v1alpha import reflection
 from cellblock.server.api import Admission, CatalogService, CodeModeService, RunService, ServiceState
 from cellblock.server.cells import DockerExecutor, DockerExecutorConfig, Executor, KubernetesExecutor, KubernetesExecutorConfig, ProcessExecutor, WarmPool
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.limits import MAX_API_MESSAGE_BYTES
+from cellblock.server.limits import MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.runs import Runner, RunRegistry
+from cellblock.server.store import DEFAULT_LEASE_SECONDS, RunStore, StoreUnavailableError, default_state_dir, default_store_url, describe_store, make_run_store
 from cellblock.server.telemetry import observe_registry, server_interceptors
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
 
@@ -72,6 +73,16 @@ class ServerSettings:
             calls) work through long, quiet legs. A client that pings more
             often gets :data:`KEEPALIVE_MAX_PING_STRIKES` strikes, then
             ``GOAWAY`` (``UNAVAILABLE: Too many pings``). See :func:`keepalive_options`.
+        state_dir: Directory of the service's durable state (``CELLBLOCK_STATE_DIR``,
+            default ``$XDG_STATE_HOME/cellblock``, else ``~/.local/state/cellblock``).
+        store: The run store (``CELLBLOCK_STORE``): ``sqlite:///<path>``,
+            ``postgresql://…`` or ``memory:``; empty means
+            ``sqlite:///<state_dir>/runs.sqlite3`` (SPEC §16.1 item 1).
+        max_suspended_runs: The deployment's suspended-run cap
+            (``CELLBLOCK_MAX_SUSPENDED_RUNS``, 1 … 1000000, SPEC §2.3). Every
+            replica sharing a store must use the same value.
+        lease_seconds: Lease of a run while a leg holds it (``CELLBLOCK_STORE_LEASE_S``);
+            a replica that dies mid-leg frees its runs after this long.
     """
 
     address: str = "127.0.0.1:50051"
@@ -86,6 +97,10 @@ class ServerSettings:
     metrics: str = "none"
     mcp_servers: tuple[McpServerConfig, ...] = ()
     keepalive_min_ping_interval_ms: int = 5000
+    state_dir: str = field(default_factory=default_state_dir)
+    store: str = ""
+    max_suspended_runs: int = SUSPENDED_RUN_CAP
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ServerSettings:
@@ -112,7 +127,25 @@ class ServerSettings:
             metrics=env.get("CELLBLOCK_METRICS", base.metrics),
             mcp_servers=parse_mcp_servers(env.get("CELLBLOCK_MCP_SERVERS", "")),
             keepalive_min_ping_interval_ms=int(env.get("CELLBLOCK_KEEPALIVE_MIN_PING_INTERVAL_MS", base.keepalive_min_ping_interval_ms)),
+            state_dir=env.get("CELLBLOCK_STATE_DIR") or default_state_dir(env),
+            store=env.get("CELLBLOCK_STORE", ""),
+            max_suspended_runs=_bounded(env.get("CELLBLOCK_MAX_SUSPENDED_RUNS"), SUSPENDED_RUN_CAP, 1, 1_000_000, "CELLBLOCK_MAX_SUSPENDED_RUNS"),
+            lease_seconds=float(env.get("CELLBLOCK_STORE_LEASE_S", DEFAULT_LEASE_SECONDS)),
         )
+
+    @property
+    def store_url(self) -> str:
+        """The run store's URL: :attr:`store`, or the SQLite file under :attr:`state_dir`."""
+        return self.store or default_store_url(self.state_dir)
+
+
+def _bounded(text: str | None, default: int, low: int, high: int, name: str) -> int:
+    if text is None or text == "":
+        return default
+    value = int(text)
+    if not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in {low}..{high}, not {text!r}")
+    return value
 
 
 def make_executor(settings: ServerSettings, env: dict[str, str] | None = None) -> Executor:
@@ -145,8 +178,9 @@ class Service:
         server: The grpc.aio server.
         address: The address it listens on (port resolved).
         executor: The cell executor.
-        registry: Suspended runs.
+        registry: This process's runs over the run store.
         state: Catalogs and admission.
+        store: The run store (opened at start, closed at stop).
     """
 
     server: grpc.aio.Server
@@ -157,12 +191,16 @@ class Service:
     health: health.aio.HealthServicer
     sweeper: asyncio.Task[None] | None = None
     pool: WarmPool | None = None
+    store: RunStore | None = None
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stops accepting RPCs, aborts running legs (removing their cells), ends the server and shuts hosted MCP sessions down."""
         if self.sweeper is not None:
             self.sweeper.cancel()
         await self.health.enter_graceful_shutdown()
+        if self.state.registry is not None:
+            # Legs aborted by the shutdown keep their runs resumable elsewhere (SPEC §16.1 items 3, 6).
+            self.state.registry.stopping = True
         await self.state.abort_all(timeout=grace + 5.0)
         if self.pool is not None:
             await self.pool.close()
@@ -171,6 +209,8 @@ class Service:
         await self.executor.close()
         if self.state.mcp_hub is not None:
             await self.state.mcp_hub.close()
+        if self.store is not None:
+            await self.store.close()
 
 
 #: Pings inside the permitted interval tolerated before the server sends GOAWAY.
@@ -206,11 +246,18 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     Args:
         settings: Instance settings.
         executor: Overrides the executor built from ``settings`` (tests).
+
+    Raises:
+        StoreUnavailableError: The run store cannot be opened (fail closed, SPEC §16.1).
     """
     config = CodeModeConfig.from_json(settings.code_mode)
+    store = make_run_store(settings.store_url, settings.max_suspended_runs)
+    await store.open()
     executor = executor or make_executor(settings)
-    registry = RunRegistry()
     state = ServiceState(config=config, admission=Admission(settings.max_concurrent_legs))
+    registry = RunRegistry(store, restore_view=state.restore_view, lease_seconds=settings.lease_seconds)
+    state.registry = registry
+    await registry.sweep()
     if settings.mcp_servers:
         state.mcp_hub = McpHub(settings.mcp_servers)
         await state.mcp_hub.start()
@@ -245,10 +292,11 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     await server.start()
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    log.info("server.started", address=address, executor=executor.name)
+    log.info("server.started", address=address, executor=executor.name, store=describe_store(settings.store_url), suspended_runs=registry.counts[1])
     _remove_stale_socket_dirs(settings.socket_dir)
     service = Service(server, address, executor, registry, state, health_servicer)
     service.pool = pool
+    service.store = store
     if pool is not None:
         pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
@@ -284,7 +332,12 @@ SWEEP_INTERVAL_S = 5.0
 async def _sweep_periodically(registry: RunRegistry) -> None:
     while True:
         await asyncio.sleep(SWEEP_INTERVAL_S)
-        for run in registry.sweep():
+        try:
+            swept = await registry.sweep()
+        except Exception as exc:  # noqa: BLE001 - a store hiccup: the next sweep tries again
+            log.warning("run.sweep_failed", error_class=exc.__class__.__name__, error=str(exc)[:200])
+            continue
+        for run in swept:
             log.info("run.expired", run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id)
 
 
@@ -295,7 +348,12 @@ async def serve(settings: ServerSettings | None = None) -> None:
     configure_logging()
     settings = settings or ServerSettings.from_env()
     telemetry = configure_telemetry(settings.traces, settings.metrics)
-    service = await start_service(settings)
+    try:
+        service = await start_service(settings)
+    except StoreUnavailableError as exc:
+        log.error("store.unavailable", store=describe_store(settings.store_url), reason=str(exc))
+        telemetry.shutdown()
+        raise SystemExit(f"cellblock: the run store is unavailable: {exc}") from None
     try:
         await service.executor.check()
     except Exception as exc:  # noqa: BLE001 - reported, legs fail closed

@@ -12,7 +12,8 @@ from __future__ import annotations
 # --- SPEC §2.3 ------------------------------------------------------------------------------
 
 SUSPENDED_RUN_CAP = 64
-"""Suspended (or tool-waiting) runs allowed per service instance; quoted by [R01]."""
+"""Default suspended (or tool-waiting) runs allowed in the whole deployment, counted in the run store
+(``CELLBLOCK_MAX_SUSPENDED_RUNS`` overrides it, SPEC §16.1 item 5); quoted by [R01]."""
 
 WATCHDOG_GRACE_MS = 2000
 """Grace after a leg's deadline before the watchdog kills the cell, in milliseconds."""

@@ -118,10 +118,12 @@ S04 = (
 )
 
 # §14.3 Run outcomes.
-R01 = (
-    f"too many runs are suspended or waiting on tools on this cellblock instance (limit {SUSPENDED_RUN_CAP}); "
-    "finish waiting runs before starting new ones."
-)
+def r01(cap: int) -> str:
+    """Returns [R01] for the deployment's suspended-run cap ``cap`` (SPEC §16.1 item 5)."""
+    return f"too many runs are suspended or waiting on tools in this cellblock deployment (limit {cap}); finish waiting runs before starting new ones."
+
+
+R01 = r01(SUSPENDED_RUN_CAP)
 R02 = (
     "restartSafe runs cannot call MCP namespace tools; nothing was called. "
     "Run it again without restartSafe."

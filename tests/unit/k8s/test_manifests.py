@@ -148,12 +148,37 @@ def test_cell_pods_reach_only_their_replicas_bridge_port(rendered: tuple[str, li
     assert egress["to"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cellblock-system"}}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "cellblock-control"}}}]
 
 
+CELL_PEER = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "cellblock-cells"}}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "cellblock-cell"}}}
+
+
+def _check_control_ingress(ingress: list[dict[str, Any]]) -> None:
+    """Two kinds of rule only: the gRPC port from anyone, the bridge port from cell pods of the cells namespace."""
+    for rule in ingress:
+        if rule.get("from") == [CELL_PEER]:
+            assert rule.get("ports") == [{"protocol": "TCP", "port": 50052}], f"cells may reach only the bridge port: {rule}"
+        else:
+            assert rule.get("ports") == [{"protocol": "TCP", "port": 50051}], f"only the gRPC port is open beyond cells: {rule}"
+    assert [r for r in ingress if r.get("from") == [CELL_PEER]], "no bridge rule for cells"
+
+
 def test_the_control_service_takes_bridge_connections_only_from_cells(rendered: tuple[str, list[dict[str, Any]]]) -> None:
     name, objects = rendered
     policies = policies_for(objects, "cellblock-system", CONTROL_LABELS)
-    ingress = _allowed(policies, "ingress")
-    bridge_rules = [r for r in ingress if {"protocol": "TCP", "port": 50052} in r.get("ports", [])]
-    assert len(bridge_rules) == 1 and bridge_rules[0]["from"][0]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "cellblock-cell"}}
-    assert all("from" in r or r["ports"] == [{"protocol": "TCP", "port": 50051}] for r in ingress), "only the gRPC port is open to all"
+    _check_control_ingress(_allowed(policies, "ingress"))
     egress_ports = {p["port"] for r in _allowed(policies, "egress") for p in r["ports"]}
     assert egress_ports == ({53, 443, 6443, 5432} if name == "postgres" else {53, 443, 6443})
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"from": [{"namespaceSelector": {}}]},  # every port from every namespace
+        {"from": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "cellblock-cell"}}}], "ports": [{"protocol": "TCP", "port": 50052}]},  # "cells" of any namespace
+        {"from": [CELL_PEER]},  # cells on every port
+    ],
+    ids=["all-ports-anyone", "bridge-any-namespace", "cells-all-ports"],
+)
+def test_the_control_ingress_check_can_fail(extra: dict[str, Any]) -> None:
+    policies = policies_for(render("dev"), "cellblock-system", CONTROL_LABELS)
+    with pytest.raises(AssertionError):
+        _check_control_ingress([*_allowed(policies, "ingress"), extra])

@@ -40,3 +40,15 @@ def test_generated_code_matches_the_protos(tmp_path: Path) -> None:
     assert fresh, "gen-proto.sh generated nothing"
     stale = sorted(name for name in fresh.keys() | checked_in.keys() if fresh.get(name) != checked_in.get(name))
     assert not stale, f"generated code is stale, run `make proto` and commit: {stale}"
+
+
+def test_generation_accepts_a_relative_interpreter_path(tmp_path: Path) -> None:
+    """The Makefile passes ``PYTHON=.venv/bin/python`` (relative); the script changes directory first."""
+    relative = os.path.relpath(sys.executable, ROOT)
+    env = dict(os.environ, PYTHON=relative)
+    result = subprocess.run(
+        [str(ROOT / "scripts" / "gen-proto.sh"), "--out", str(tmp_path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, f"gen-proto.sh failed with PYTHON={relative}:\n{result.stderr}"
+    assert _files(tmp_path), "gen-proto.sh generated nothing"

@@ -30,10 +30,12 @@ from opentelemetry.trace import Link, SpanKind, format_trace_id
 from cellblock.client import CellblockClient, NotFoundError, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import ProcessExecutor
+from cellblock.server.config import Limits
 from cellblock.server.logging import add_trace_ids, error_head
 from cellblock.server.runs import RunRegistry
 from cellblock.server.runs._output import OutputBudget
 from cellblock.server.runs._state import Run
+from cellblock.server.store import MemoryRunStore
 from cellblock.server.telemetry import _attributes as attr
 from cellblock.server.telemetry import _metrics
 from cellblock.server.telemetry import trace as trace_cli
@@ -212,20 +214,32 @@ def _metric_points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
     return points
 
 
-def test_metrics_counts_histograms_and_suspended_gauge() -> None:
+class _StoredView:
+    """The smallest run view the run codec can store and restore: no entries."""
+
+    def to_state(self) -> dict[str, Any]:
+        return {}
+
+    def entry(self, _entry_id: str) -> None:
+        return None
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_metrics_counts_histograms_and_suspended_gauge() -> None:
     provider = metrics.get_meter_provider()
     if isinstance(provider, MeterProvider):
         pytest.skip("a MeterProvider without this test's reader is already installed in this process")
     reader = InMemoryMetricReader()
     metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-    registry = RunRegistry()
+    registry = RunRegistry(MemoryRunStore(64), restore_view=lambda _state, _scope: _StoredView())
     # The gauge sums every live registry of the process: registries of earlier tests'
     # services (not yet collected) must not count in this one.
     _metrics._registries.clear()
     _metrics.observe_registry(registry)
-    run = Run(run_id="run_x", session_id="s", agent_run_id="a", tool_call_id="t", turn_id="", replay_id="replay_x", limits=None, restart_safe=False, view=None, budget=OutputBudget(1000))
-    run.suspended = True
-    registry.park(run, 60)
+    run = Run(run_id="run_x", session_id="s", agent_run_id="a", tool_call_id="t", turn_id="", replay_id="replay_x", limits=Limits(), restart_safe=False, view=_StoredView(), budget=OutputBudget(1000))
+    assert await registry.reserve_slot(run)
+    assert await registry.park(run, b"snapshot")
+    await registry.sweep()
     _metrics.record_leg("exec", "waiting", "")
     _metrics.record_leg("exec", "failed", "timeout")
     _metrics.record_leg("exec", "failed", "timeout")
@@ -239,7 +253,10 @@ def test_metrics_counts_histograms_and_suspended_gauge() -> None:
     assert points["cellblock.bridge.calls"][0].value == 1 and points["cellblock.bridge.calls"][0].attributes[attr.BRIDGE_METHOD] == "call"
     assert points["cellblock.snapshot.size"][0].sum == 4096
     assert points["cellblock.runs.suspended"][0].value == 1
-    registry.remove(run)
+    claimed = await registry.claim("run_x", "s", "a")
+    assert claimed.run is not None
+    await registry.remove(claimed.run)
+    await registry.sweep()
     assert _metric_points(reader)["cellblock.runs.suspended"][0].value == 0
 
 

@@ -184,9 +184,8 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
                 ports.cancel(CancelReason.SCOPE)
                 aborted += 1
         discarded = 0
-        for run in self._registry.of_scope(*scope):
-            if run.suspended and run.run_id not in self._registry.claimed:
-                self._registry.remove(run)
+        for run in await self._registry.of_scope(*scope):
+            if run.state == "suspended" and await self._registry.discard(run.run_id):
                 discarded += 1
         self._state.catalogs.pop(scope, None)
         return pb.DeleteCatalogResponse(aborted_legs=aborted, discarded_runs=discarded)

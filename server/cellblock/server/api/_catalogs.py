@@ -20,18 +20,34 @@ from cellblock.server import messages as msg
 from cellblock.server.catalog import (
     BridgeReplyError,
     Catalog,
+    CatalogCounters,
     CatalogEntry,
     CatalogView,
+    CounterSnapshot,
     McpNamespace,
     build_namespace,
     check_input_contract,
     check_output_contract,
     tool_surface,
+    view_from_state,
+    view_state,
 )
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.runs import BridgeMethod, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry
 
 log = structlog.get_logger("cellblock.leg")
+
+
+def _telemetry(view: CatalogView, snap: CounterSnapshot) -> dict[str, Any]:
+    """The result telemetry of SPEC §12 item 1 (key order of §10.5)."""
+    return make_telemetry(
+        catalog_size=view.size,
+        sources=view.sources,
+        search_count=snap.search_count,
+        describe_count=snap.describe_count,
+        call_count=snap.call_count,
+        counter_scope=snap.counter_scope,
+    )
 
 
 class RunCatalog:
@@ -42,9 +58,43 @@ class RunCatalog:
         config: The deployment's code-mode configuration (search settings).
     """
 
-    def __init__(self, view: CatalogView, config: CodeModeConfig) -> None:
+    def __init__(self, view: CatalogView, config: CodeModeConfig, guest_catalog: dict[str, Any] | None = None) -> None:
         self._view = view
         self._config = config
+        if guest_catalog is not None:
+            self.__dict__["_guest_catalog"] = guest_catalog
+
+    def to_state(self) -> dict[str, Any]:
+        """The run's catalog as a JSON document for the run store (SPEC §10.7 item 2).
+
+        The view, its catalog session and the guest's catalog data (``MCP`` map, ``API`` files).
+        """
+        return {"view": view_state(self._view), "guestCatalog": self.guest_catalog()}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:
+        """Restores a :meth:`to_state` document.
+
+        ``counters`` is the live session when this replica has the run's catalog session,
+        else the stored one is restored.
+        """
+        return cls(view_from_state(state["view"], counters), config, guest_catalog=state["guestCatalog"])
+
+    @property
+    def counter_scope(self) -> str:
+        """The ``counterScope`` of the run's catalog session."""
+        return self._view.counters.counter_scope
+
+    def entry(self, entry_id: str) -> CatalogEntry | None:
+        """The view's entry with this exact id (any source)."""
+        return self._view.get(entry_id)
+
+    def telemetry(self) -> dict[str, Any]:
+        """Result telemetry from the run's own view and session.
+
+        For a scope whose catalog this replica does not have (SPEC §12 item 1).
+        """
+        return _telemetry(self._view, self._view.counters.snapshot())
 
     @cached_property
     def namespace(self) -> McpNamespace:
@@ -177,18 +227,14 @@ class ScopeCatalog:
         """A frozen view for a new run."""
         return RunCatalog(self.catalog.view, self._config)
 
+    def restore_view(self, state: dict[str, Any]) -> RunCatalog:
+        """A stored run's view, counting in this session when it is the run's own."""
+        live = self.catalog.counters
+        return RunCatalog.from_state(state, self._config, live if live.counter_scope == state["view"]["counterScope"] else None)
+
     def telemetry(self) -> dict[str, Any]:
         """The result telemetry of SPEC §12 item 1 (key order of §10.5)."""
-        view = self.catalog.view
-        snap = self.catalog.counters.snapshot()
-        return make_telemetry(
-            catalog_size=view.size,
-            sources=view.sources,
-            search_count=snap.search_count,
-            describe_count=snap.describe_count,
-            call_count=snap.call_count,
-            counter_scope=snap.counter_scope,
-        )
+        return _telemetry(self.catalog.view, self.catalog.counters.snapshot())
 
     def tool_surface(self, config: CodeModeConfig, model_id: str | None) -> tuple[bool, list[dict[str, Any]]]:
         """The model-visible tools (SPEC §3.3)."""

@@ -13,10 +13,11 @@ import structlog
 from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
+from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.api._scope import require_scope
 from cellblock.server.api._state import ServiceState
 from cellblock.server.api._stream_ports import StreamPorts
-from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, compact_json
+from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Run, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, compact_json
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
@@ -160,10 +161,15 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
         if not self._state.admission.try_acquire():
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many legs are running on this instance (limit {self._state.admission.limit}); retry shortly")
         outbox: asyncio.Queue[Message | None] = asyncio.Queue()
-        ports = StreamPorts(response_type, outbox, hosted=self._state.mcp_hub, poke=self._state.poke_run)
+        ports = StreamPorts(response_type, outbox, hosted=self._state.mcp_hub, settle=self._state.settle_hosted)
         # An exec's run keeps the catalog view of its start (SPEC §3.2 item 6); a wait's run has its own.
         view: CatalogPort | None = catalog.view() if catalog is not None and kind == "exec" else None
-        telemetry: Telemetry = catalog.telemetry if catalog is not None else self._state.empty_telemetry
+        # Without the scope's catalog here (another replica has it, or a restart lost it),
+        # a wait reports the telemetry of the run's own view and session.
+        telemetry_of: list[Telemetry] = [catalog.telemetry if catalog is not None else self._state.empty_telemetry]
+
+        def telemetry() -> dict[str, Any]:
+            return telemetry_of[0]()
 
         async def run_leg() -> LegReport:
             try:
@@ -181,12 +187,18 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
                         ports=ports,
                         telemetry=telemetry,
                     )
+
+                def on_claim(run: Run) -> None:
+                    if catalog is None and isinstance(run.view, RunCatalog):
+                        telemetry_of[0] = run.view.telemetry
+
                 return await self._runner.wait(
                     session_id=scope[0],
                     agent_run_id=scope[1],
                     arguments_json=start.arguments_json,
                     ports=ports,
                     telemetry=telemetry,
+                    on_claim=on_claim,
                 )
             finally:
                 outbox.put_nowait(None)
@@ -201,6 +213,9 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
                     break
                 yield item
             report = leg.result()
+            if kind == "wait" and report.code is ErrorCode.ABORTED and self._state.registry is not None and self._state.registry.stopping:
+                # Not the caller's abort: the run stays resumable; the runtime waits on it again elsewhere.
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "cellblock is shutting down; wait on the run again (on another replica, or after the restart)")
             yield response_type(result=_result_message(report))
             annotate_rpc(kind, report)
             _log_completed(bound, report, started)

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.runs import make_telemetry
 
@@ -63,11 +64,25 @@ class ServiceState:
         """Registration dicts of the hosted MCP servers' entries (empty without a hub)."""
         return self.mcp_hub.tools() if self.mcp_hub is not None else []
 
+    #: This process's runs over the run store (a ``RunRegistry``), set at start.
+    registry: Any = None
+
     def poke_run(self, run_id: str, bridge_id: str) -> None:
         """Tells the legs serving ``run_id`` that ``bridge_id`` settled on the run."""
         for _scope, ports, _task in list(self.active_legs.values()):
             if ports.run_id == run_id:
                 ports.hosted_settled(bridge_id)
+
+    def settle_hosted(self, run_id: str, apply: Any) -> None:
+        """Records a hosted call's outcome on the run's current state (see ``RunRegistry.deliver_hosted``)."""
+        self.registry.deliver_hosted(run_id, apply, lambda bridge_id: self.poke_run(run_id, bridge_id))
+
+    def restore_view(self, state: dict[str, Any], scope: tuple[str, str]) -> Any:
+        """Rebuilds a stored run's catalog view; counts in the scope's live session when it is the run's."""
+        catalog = self.catalogs.get(scope)
+        if catalog is not None:
+            return catalog.restore_view(state)
+        return RunCatalog.from_state(state, self.config)
 
     def empty_telemetry(self) -> dict[str, Any]:
         """Telemetry of a scope without a catalog (SPEC §5.2: zeros)."""

@@ -65,8 +65,9 @@ class StreamPorts(LegPorts):
         hosted: The cellblock-hosted MCP servers (``McpHub``), or ``None``;
             namespace calls to their entries go to them instead of the runtime
             (SPEC §3.2 item 7).
-        poke: ``poke(run_id, bridge_id)`` tells the leg now serving a run
-            that a hosted call settled a request (no-op when none is active).
+        settle: ``settle(run_id, apply)`` records a hosted call's outcome on
+            the run's current state (``apply(run)``): at once on a leg running
+            here, else when a wait in this process next claims the run.
     """
 
     def __init__(
@@ -74,13 +75,13 @@ class StreamPorts(LegPorts):
         response_type: ResponseType,
         outbox: asyncio.Queue[Message | None],
         hosted: HostedServers | None = None,
-        poke: Callable[[str, str], None] | None = None,
+        settle: Callable[[str, Callable[[Run], PendingRequest | None]], None] | None = None,
     ) -> None:
         super().__init__()
         self._response_type = response_type
         self._outbox = outbox
         self.hosted = hosted
-        self._poke = poke
+        self._settle = settle
 
     def dispatch(self, run: Run, request: PendingRequest) -> None:
         assert request.call is not None
@@ -114,9 +115,13 @@ class StreamPorts(LegPorts):
         assert isinstance(tool_input, dict), "namespace calls take an object (resolve_call)"
 
         def done(outcome: ToolOutcome) -> None:
-            settled = record_tool_outcome(run, outcome, time.monotonic())
-            if settled is not None and self._poke is not None:
-                self._poke(run.run_id, settled.bridge_id)
+            def apply(current: Run) -> PendingRequest | None:
+                return record_tool_outcome(current, outcome, time.monotonic())
+
+            if self._settle is not None:
+                self._settle(run.run_id, apply)
+            else:
+                apply(run)
 
         # The call's task starts inside its `bridge.tool_call` span, so the MCP
         # SDK's own client spans nest under the nested call that caused them.

@@ -13,25 +13,29 @@ Modules by role: ``_registration`` (tool records, SPEC §3.2), ``_errors``, ``_e
 ``_identifiers`` and ``_convenience`` (ids and names, §7.1, §7.7), ``_catalog`` (the catalog and
 its guest view), ``_lookup`` and ``_search`` (§7.6, §7.5), ``_hints`` (§7.4), ``_contracts``
 (§8.4), ``_quick_index`` and ``_surface`` (the model-facing tools, §4), ``_declarations`` and
-``_namespace`` (the ``MCP`` namespace and its ``API`` files, §8.5-§8.7), ``_text`` (compact JSON,
+``_namespace`` (the ``MCP`` namespace and its ``API`` files, §8.5-§8.7), ``_persist`` (views as
+run-store documents, §10.7), ``_text`` (compact JSON,
 JavaScript trim). This module exports what the other packages use; tests of the catalog's
 internals import the private modules by name (tests/unit/catalog).
 """
 
-from ._catalog import Catalog, CatalogView
+from ._catalog import Catalog, CatalogCounters, CatalogView, CounterSnapshot
 from ._contracts import check_input_contract, check_output_contract
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
+from ._persist import view_from_state, view_state
 from ._surface import exec_description, tool_surface
 from ._text import compact_json, js_trim
 
 __all__ = [
     "BridgeReplyError",
     "Catalog",
+    "CatalogCounters",
     "CatalogEntry",
     "CatalogRegistrationError",
     "CatalogView",
+    "CounterSnapshot",
     "McpNamespace",
     "build_namespace",
     "check_input_contract",
@@ -40,4 +44,6 @@ __all__ = [
     "exec_description",
     "js_trim",
     "tool_surface",
+    "view_from_state",
+    "view_state",
 ]

@@ -60,6 +60,14 @@ class CatalogCounters:
         self._describe = 0
         self._call = 0
 
+    @classmethod
+    def restored(cls, counter_scope: str, search: int, describe: int, call: int) -> CatalogCounters:
+        """A session brought back from the run store with its scope and counts."""
+        counters = cls()
+        counters.counter_scope = counter_scope
+        counters._search, counters._describe, counters._call = search, describe, call
+        return counters
+
     def count_search(self) -> None:
         """Counts one ``tools.search`` request."""
         with self._lock:

@@ -47,6 +47,10 @@ _TCP_OPTIONS = [
     *_MESSAGE_OPTIONS,
     ("grpc.server_handshake_timeout_ms", _HELLO_TIMEOUT_MS),
     ("grpc.max_connection_idle_ms", _HELLO_TIMEOUT_MS),
+    # A connection takes new streams only within the hello timeout (then GOAWAY; the one
+    # Attach stream of a cell lives on, grace unbounded): an unauthenticated peer cannot keep
+    # a connection open by opening stream after stream, nor try token after token on it.
+    ("grpc.max_connection_age_ms", _HELLO_TIMEOUT_MS),
     ("grpc.so_reuseport", 0),
 ]
 

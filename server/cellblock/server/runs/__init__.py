@@ -5,9 +5,10 @@ leg events and claim results), ``_state`` (a run's state across legs), ``_ports`
 leg's one port and the run's catalog port), ``_policy`` (what the host does with each
 bridge request), ``_settle`` (the one settle loop: timers, held-call dispatch, abandon),
 ``_leg`` (one cell driven by that loop), ``_guest_failure`` (a guest's failure to a
-SPEC §11 outcome), ``_runner`` (exec and wait flows), ``_registry`` (suspended runs and
-slots), ``_output`` (the host's output budget, SPEC §9) and ``_result`` (result objects,
-§10.5). Argument checks and source preparation are ``cellblock.server.source``.
+SPEC §11 outcome), ``_runner`` (exec and wait flows), ``_registry`` (this process's runs
+over the run store), ``_codec`` (a parked run as a store document), ``_output`` (the host's
+output budget, SPEC §9) and ``_result`` (result objects, §10.5). Argument checks and
+source preparation are ``cellblock.server.source``.
 """
 
 from cellblock.server.runs._leg import Leg
@@ -38,7 +39,7 @@ from cellblock.server.runs._protocol import (
     ToolErrorKind,
     ToolOutcome,
 )
-from cellblock.server.runs._registry import RunRegistry
+from cellblock.server.runs._registry import RunRegistry, RunSummary
 from cellblock.server.runs._result import completed_result, failed_result, make_telemetry, waiting_result
 from cellblock.server.runs._runner import LegReport, Runner, Telemetry
 from cellblock.server.runs._state import PendingRequest, Run
@@ -69,6 +70,7 @@ __all__ = [
     "Run",
     "RunRegistry",
     "RunStatus",
+    "RunSummary",
     "Runner",
     "RuntimeEvent",
     "Settlement",

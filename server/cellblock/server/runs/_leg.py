@@ -27,19 +27,9 @@ from cellblock.server.runs._guest_failure import exit_failure, guest_failure
 from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
-from cellblock.server.runs._protocol import (
-    BridgeMethod,
-    Cancelled,
-    CellExited,
-    ErrorCode,
-    GuestMessage,
-    LegOutcome,
-    RunStatus,
-    failed,
-)
+from cellblock.server.runs._protocol import BridgeMethod, Cancelled, CellExited, ErrorCode, GuestMessage, LegOutcome, RunStatus, failed
 from cellblock.server.runs._settle import SettleLoop
 from cellblock.server.runs._state import PendingRequest, Run
-from cellblock.server.store import SnapshotStore
 from cellblock.server.telemetry import LegTrace
 
 #: Snapshot bytes per bridge message, both directions.
@@ -56,9 +46,10 @@ class Leg(SettleLoop):
         deadline: Absolute ``loop.time()`` of the leg's deadline.
         socket_base: Host directory for per-cell bridge socket directories.
         source: The prepared program for an exec leg; ``None`` when resuming.
-        reserve_slot: Called before the run's first dispatch or suspension;
-            returns False when no suspended-run slot is free (SPEC §10.7).
-        snapshots: Where suspended runs' snapshots are kept.
+        reserve_slot: Awaited before the run's first dispatch or suspension; False
+            when the deployment has no suspended-run slot free (SPEC §10.7).
+        slot_cap: The deployment's suspended-run cap, quoted by [R01].
+        snapshot: The run's stored snapshot when resuming (``None`` for exec).
         pool: Warm cells, if the deployment keeps any.
     """
 
@@ -71,15 +62,16 @@ class Leg(SettleLoop):
         deadline: float,
         socket_base: str,
         source: str | None,
-        reserve_slot: Callable[[Run], bool],
-        snapshots: SnapshotStore,
+        reserve_slot: Callable[[Run], Awaitable[bool]],
+        slot_cap: int,
+        snapshot: bytes | None = None,
         pool: WarmPool | None = None,
     ) -> None:
-        super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot)
+        super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot, slot_cap=slot_cap)
         self.executor = executor
         self.socket_base = socket_base
         self.source = source
-        self._snapshots = snapshots
+        self._snapshot = snapshot
         self.pool = pool
         self._bridge: CellBridge | None = None
         self._cell: Cell | None = None
@@ -159,26 +151,18 @@ class Leg(SettleLoop):
         await self.ports.events.put(CellExited(code))
 
     async def _await_attach(self) -> LegOutcome | None:
-        """Waits for the cell to authenticate, exit, or the caller to cancel."""
+        """Waits for the cell to authenticate, exit, or the caller to cancel (other events wait for the settle loop)."""
         assert self._bridge is not None
-        attached = self._spawn(self._bridge.attached.wait())
-        while not attached.done():
-            get = asyncio.ensure_future(self.ports.events.get())
-            waiting: set[asyncio.Future[Any]] = {attached, get}
-            done, _ = await asyncio.wait(waiting, timeout=ATTACH_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                get.cancel()
-                if not done:
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11("the cell did not attach to its bridge in time"))
-                continue
-            match get.result():
-                case CellExited(code=code):
-                    self._log.error("cell.exited_before_attach", exit_code=code)
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
-                case Cancelled():
-                    return failed(ErrorCode.ABORTED, msg.R07)
-                case event:
-                    await self.ports.events.put(event)
+        try:
+            first = await self.hold_events_until(self._spawn(self._bridge.attached.wait()), ATTACH_TIMEOUT_S)
+        except TimeoutError:
+            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11("the cell did not attach to its bridge in time"))
+        match first:
+            case CellExited(code=code):
+                self._log.error("cell.exited_before_attach", exit_code=code)
+                return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
+            case Cancelled():
+                return failed(ErrorCode.ABORTED, msg.R07)
         return None
 
     async def _attach_and_drive(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
@@ -189,7 +173,7 @@ class Leg(SettleLoop):
         if not_attached is not None:
             return not_attached
         self.trace.attached()
-        snapshot = self._snapshots.get(run.run_id) if self.source is None else None
+        snapshot = self._snapshot if self.source is None else None
         if self.source is None and snapshot is None:
             return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r18("its snapshot is no longer stored"))
         if snapshot is not None and run.engine_build_id and self._bridge.engine_build_id != run.engine_build_id:
@@ -362,8 +346,11 @@ class Leg(SettleLoop):
     def _dispatch(self, p: PendingRequest, loop: asyncio.AbstractEventLoop) -> None:
         if loop.time() >= self.deadline or self._suspend_sent:
             return  # held for the next wait (SPEC §10.9 item 3)
-        if not self.dispatch(p):
-            self._terminal = failed(ErrorCode.INVALID_INPUT, msg.R01)
+        self.dispatch(p)
+
+    def redispatch(self, p: PendingRequest) -> None:
+        """Dispatches a call that waited for the run's slot, unless the leg is parking now."""
+        self._dispatch(p, asyncio.get_running_loop())
 
     def on_settled(self, p: PendingRequest) -> None:
         """Delivers a settlement now, when the cell can take it.
@@ -417,14 +404,14 @@ class Leg(SettleLoop):
                 return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
             return LegOutcome(status=RunStatus.COMPLETED, value=value)
         if which == "suspended":
-            return self._on_suspended(end.suspended)
+            return await self._on_suspended(end.suspended)
         if which == "failed":
             self.abandon_dispatched()
             return guest_failure(run, end.failed, self._log)
         self._log.error("bridge.invalid_end")
         return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
 
-    def _on_suspended(self, suspended: bpb.Suspended) -> LegOutcome:
+    async def _on_suspended(self, suspended: bpb.Suspended) -> LegOutcome:
         run = self.run_
         data = b"".join(self._snapshot_parts)
         if len(data) != suspended.snapshot_bytes:
@@ -435,12 +422,11 @@ class Leg(SettleLoop):
             self._log.warning("snapshot.too_large", snapshot_bytes=len(data))
             self.trace.snapshot_stored(len(data), suspended.raw_bytes, error="snapshot_limit_exceeded")
             return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(len(data), run.limits.max_snapshot_bytes))
-        if not run.holds_slot and not self._reserve_slot(run):
+        if not run.holds_slot and not await self._reserve_slot(run):
             self.abandon_dispatched()
-            return failed(ErrorCode.INVALID_INPUT, msg.R01)
-        self._snapshots.put(run.run_id, data)
-        run.suspended = True
+            return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))
+        # The runner parks the run: its record and snapshot in one store transaction.
         run.snapshot_bytes = len(data)
         self.trace.snapshot_stored(len(data), suspended.raw_bytes)
         reason = "yield" if run.pending and all(p.method is BridgeMethod.YIELD for p in run.pending.values()) else "pending_tools"
-        return LegOutcome(status=RunStatus.WAITING, reason=reason)
+        return LegOutcome(status=RunStatus.WAITING, reason=reason, snapshot=data)

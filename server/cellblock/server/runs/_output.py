@@ -153,6 +153,28 @@ class OutputBudget:
         self._leg_omitted_bytes = 0
         self._leg_first_content: str | None = None
 
+    def to_state(self) -> dict[str, Any]:
+        """The budget's state as JSON data, for the run store (SPEC §10.7 item 2)."""
+        return {
+            "maxOutputBytes": self.max_output_bytes,
+            "spent": self.spent,
+            "closed": self.closed,
+            "legOmittedEntries": self._leg_omitted_entries,
+            "legOmittedBytes": self._leg_omitted_bytes,
+            "legFirstContent": self._leg_first_content,
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> OutputBudget:
+        """Restores a :meth:`to_state` document."""
+        budget = cls(int(state["maxOutputBytes"]))
+        budget.spent = int(state["spent"])
+        budget.closed = bool(state["closed"])
+        budget._leg_omitted_entries = int(state["legOmittedEntries"])
+        budget._leg_omitted_bytes = int(state["legOmittedBytes"])
+        budget._leg_first_content = state["legFirstContent"]
+        return budget
+
     def remaining_allowance(self) -> int:
         """Returns the entry allowance handed to the cell at a leg start.
 

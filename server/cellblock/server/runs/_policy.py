@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from enum import Enum
 
 import structlog
@@ -203,17 +202,14 @@ def dispatchable(p: PendingRequest) -> bool:
     return p.method.nested and not p.dispatched and p.call is not None and p.result is None
 
 
-def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest, reserve_slot: Callable[[Run], bool]) -> bool:
+def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest) -> None:
     """Sends one nested call to the runtime.
 
-    Before the run's first dispatch it takes a suspended-run slot (SPEC §10.4
-    item 3); ``bridgeDispatchStarted`` becomes true just before the dispatch.
-
-    Returns:
-        False when no slot was free (nothing was dispatched).
+    The run already holds its suspended-run slot (taken in the run store before its
+    first dispatch, SPEC §10.4 item 3); ``bridgeDispatchStarted`` becomes true just
+    before the dispatch.
     """
-    if not run.holds_slot and not reserve_slot(run):
-        return False
+    assert run.holds_slot, "a nested call is dispatched only by a run holding a slot"
     run.dispatch_started = True
     p.dispatched = True
     p.nested_call_id = run.next_nested_call_id()
@@ -223,7 +219,6 @@ def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest, reserve_slot:
         run.non_replay_safe_dispatched = True
     log.info("tool_call.dispatched", run_id=run.run_id, bridge_id=p.bridge_id, nested_call_id=p.nested_call_id, method=p.method, tool_id=p.call.entry.id)
     ports.dispatch(run, p)
-    return True
 
 
 def record_tool_outcome(run: Run, outcome: ToolOutcome, now: float) -> PendingRequest | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from cellblock.server.runs._protocol import Cancelled, CancelReason, HostedSettled, LegEvent, ResolvedCall, ToolOutcome
 
 if TYPE_CHECKING:
+    from cellblock.server.catalog import CatalogEntry
     from cellblock.server.runs._state import PendingRequest, Run
 
 __all__ = ["CatalogPort", "LegPorts"]
@@ -48,6 +49,12 @@ class CatalogPort(Protocol):
 
     def count_call(self) -> None:
         """Counts one nested call request in the catalog session."""
+
+    def to_state(self) -> dict[str, Any]:
+        """The view and its catalog session as a JSON document for the run store (SPEC §10.7 item 2)."""
+
+    def entry(self, entry_id: str) -> CatalogEntry | None:
+        """The view's entry with this exact id (a stored run's resolved calls name it)."""
 
 
 class LegPorts(abc.ABC):

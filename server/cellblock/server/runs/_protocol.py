@@ -34,6 +34,8 @@ __all__ = [
     "Cancelled",
     "CellExited",
     "ClaimBusy",
+    "ClaimCancelled",
+    "ClaimForeign",
     "ClaimResult",
     "ClaimUnknown",
     "Claimed",
@@ -48,6 +50,7 @@ __all__ = [
     "RunStatus",
     "RuntimeEvent",
     "Settlement",
+    "SlotReserved",
     "TimerDue",
     "ToolErrorKind",
     "ToolOutcome",
@@ -222,6 +225,18 @@ class TimerDue:
 
 
 @dataclass(frozen=True)
+class SlotReserved:
+    """The run store answered the slot reservation of the run's first dispatch (SPEC §10.7).
+
+    Attributes:
+        granted: True when the run now holds a suspended-run slot; False when the
+            deployment had none free (the run fails with [R01]).
+    """
+
+    granted: bool
+
+
+@dataclass(frozen=True)
 class GuestMessage:
     """One message from the cell's bridge stream; ``None`` marks the stream's end."""
 
@@ -238,7 +253,7 @@ class CellExited:
 #: What the runtime side (the API) puts on a leg's queue.
 RuntimeEvent: TypeAlias = ToolOutcome | Cancelled | HostedSettled
 #: Everything the settle loop dispatches.
-LegEvent: TypeAlias = RuntimeEvent | TimerDue | GuestMessage | CellExited
+LegEvent: TypeAlias = RuntimeEvent | TimerDue | SlotReserved | GuestMessage | CellExited
 
 
 # ------------------------------------------------------------------ outcomes and claims
@@ -252,6 +267,8 @@ class LegOutcome:
         code, message, phase: The failure (failed).
         cell_id: The cell that ran the leg, if one started.
         reason: Why a waiting leg parked: ``yield`` or ``pending_tools``.
+        snapshot: The suspended cell's snapshot (waiting); the runner parks it with
+            the run in one store transaction (SPEC §16.1 item 2).
     """
 
     status: RunStatus
@@ -261,6 +278,7 @@ class LegOutcome:
     phase: FailurePhase = FailurePhase.HOST
     cell_id: str = ""
     reason: str = ""
+    snapshot: bytes | None = None
 
 
 def failed(code: ErrorCode, message: str, phase: FailurePhase = FailurePhase.HOST) -> LegOutcome:
@@ -270,16 +288,37 @@ def failed(code: ErrorCode, message: str, phase: FailurePhase = FailurePhase.HOS
 
 @dataclass(frozen=True)
 class Claimed:
-    """The wait now holds the suspended run."""
+    """The wait now holds the suspended run (its lease in the run store).
+
+    Attributes:
+        run: The run, rebuilt from its stored record.
+        snapshot: The run's stored snapshot bytes.
+    """
 
     run: Run
+    snapshot: bytes | None
 
 
 @dataclass(frozen=True)
 class ClaimBusy:
-    """Another wait holds the run."""
+    """Another wait (on any replica) holds the run's lease."""
 
-    run: Run
+
+@dataclass(frozen=True)
+class ClaimForeign:
+    """The run belongs to another scope.
+
+    Attributes:
+        other_session: True when another session owns it ([W04]); else another
+            agent run of the same session ([W05]).
+    """
+
+    other_session: bool
+
+
+@dataclass(frozen=True)
+class ClaimCancelled:
+    """The scope's run was cancelled; waits report ``aborted`` until its expiry (SPEC §3.6)."""
 
 
 @dataclass(frozen=True)
@@ -288,4 +327,4 @@ class ClaimUnknown:
 
 
 #: The result of :meth:`~cellblock.server.runs.RunRegistry.claim`.
-ClaimResult: TypeAlias = Claimed | ClaimBusy | ClaimUnknown
+ClaimResult: TypeAlias = Claimed | ClaimBusy | ClaimForeign | ClaimCancelled | ClaimUnknown

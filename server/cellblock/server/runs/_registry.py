@@ -1,116 +1,341 @@
-"""Suspended runs and their slots (SPEC §10.7), in service memory only.
+"""Runs of this process over the deployment's run store (SPEC §10.7, §16.1).
 
-At most 64 runs per service instance hold a slot. A run takes one at its
-first dispatch or first suspension, whichever comes first, and keeps it until
-it ends. A `wait` claims a suspended run atomically, so of two concurrent
-waits exactly one proceeds.
+The run store is the only source of truth for suspended runs, their slots,
+leases and expiry. :class:`RunRegistry` adds what only this process can hold:
+the runs whose legs run here (so CancelRun and scope end can reach them), the
+lease tokens it holds, the open ``bridge.tool_call`` spans of runs it parked,
+and results of cellblock-hosted calls that settled while their run was parked.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
+import structlog
+
+from cellblock.server import messages as msg
 from cellblock.server.limits import SUSPENDED_RUN_CAP
-from cellblock.server.runs._protocol import ClaimBusy, Claimed, ClaimResult, ClaimUnknown
-from cellblock.server.runs._state import Run
-from cellblock.server.store import InMemorySnapshotStore, SnapshotStore
-from cellblock.server.telemetry import end_open_tool_calls
+from cellblock.server.runs._codec import RunDecodeError, ViewRestorer, decode_run, encode_run
+from cellblock.server.runs._policy import reject
+from cellblock.server.runs._protocol import ClaimBusy, ClaimCancelled, Claimed, ClaimForeign, ClaimResult, ClaimUnknown, Provenance
+from cellblock.server.runs._state import PendingRequest, Run
+from cellblock.server.store import DEFAULT_LEASE_SECONDS, MemoryRunStore, Park, RunRecord, RunStore
+from cellblock.server.telemetry import end_open_tool_calls, end_tool_call
+
+log = structlog.get_logger("cellblock.runs")
+
+#: Exit code quoted in [R12] for calls of a leg lost with its replica (SPEC §16.1 item 6): the
+#: cell was killed with the replica, as by SIGKILL (128 + 9).
+LOST_LEG_EXIT_CODE = 137
+
+#: ``apply(run)`` records a hosted call's outcome on ``run``; returns the settled request or ``None``.
+HostedOutcome = Callable[[Run], PendingRequest | None]
 
 
-@dataclass
-class _Tombstone:
-    """A cancelled run, remembered until its original expiry (SPEC §3.6)."""
+@dataclass(frozen=True)
+class RunSummary:
+    """What RunService shows of a run, read from its record or from a leg of this process.
 
+    Attributes:
+        state: ``running`` or ``suspended``.
+        pending: ``(bridge id, method, nested call id)`` in request order.
+    """
+
+    run_id: str
     session_id: str
     agent_run_id: str
+    state: str
+    tool_call_id: str
+    created_at: float
     expires_at: float
+    snapshot_bytes: int
+    pending: list[tuple[str, str, str]] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    legs: int = 0
+
+
+def _summary_of_run(run: Run) -> RunSummary:
+    return RunSummary(
+        run.run_id, run.session_id, run.agent_run_id, "running", run.tool_call_id, run.created_at, run.expires_at, run.snapshot_bytes,
+        [(p.bridge_id, p.method, p.nested_call_id) for p in run.pending.values()], dict(run.counts), run.legs,
+    )
+
+
+def _summary_of_record(record: RunRecord, now: float) -> RunSummary:
+    doc: dict[str, Any] = {}
+    if record.body:
+        with contextlib.suppress(ValueError):
+            doc = json.loads(record.body.decode("utf-8", "surrogatepass"))
+    state = "suspended" if record.state == "suspended" or (record.snapshot_size and not record.leased(now)) else "running"
+    return RunSummary(
+        record.run_id, record.session_id, record.agent_run_id, state, str(doc.get("toolCallId", "")), record.created_at, record.expires_at,
+        record.snapshot_size, [(p["bridgeId"], p["method"], p["nestedCallId"]) for p in doc.get("pending", [])], dict(doc.get("counts", {})), int(doc.get("legs", 0)),
+    )
 
 
 class RunRegistry:
-    """Holds active and suspended runs of one service instance.
+    """This process's runs over the deployment's run store.
 
-    Not thread-safe; used from the event loop only (claims are atomic because
-    nothing awaits between the check and the update).
+    Args:
+        store: The opened run store (``memory:`` when omitted: tests only).
+        restore_view: Rebuilds a stored run's catalog view (the API layer's ``RunCatalog``).
+        lease_seconds: Lease length; renewed every third of it while a leg runs.
     """
 
-    def __init__(self, cap: int = SUSPENDED_RUN_CAP, store: SnapshotStore | None = None) -> None:
-        self.cap = cap
-        #: Where suspended runs' snapshots are kept.
-        self.store: SnapshotStore = store or InMemorySnapshotStore()
-        self.runs: dict[str, Run] = {}
-        self.claimed: set[str] = set()
-        self.slots: set[str] = set()
-        self.cancelled: dict[str, _Tombstone] = {}
+    def __init__(self, store: RunStore | None = None, restore_view: ViewRestorer | None = None, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
+        self.store: RunStore = store or MemoryRunStore(SUSPENDED_RUN_CAP)
+        self.restore_view = restore_view
+        self.lease_seconds = lease_seconds
+        #: Set when the service shuts down: aborted legs hand their runs back instead of cancelling them.
+        self.stopping = False
+        #: Runs whose leg (exec or wait) runs in this process.
+        self.active: dict[str, Run] = {}
+        self._leases: dict[str, str] = {}
+        #: Open nested-call spans of runs parked here, by run id, with the park's expiry.
+        self._spans: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._hosted: dict[str, list[HostedOutcome]] = {}
+        #: ``(slots held, suspended runs)`` in the deployment at the last sweep (metrics).
+        self.counts: tuple[int, int] = (0, 0)
 
-    def reserve_slot(self, run: Run) -> bool:
-        """Gives ``run`` a slot if one is free; True when it holds one."""
+    @property
+    def cap(self) -> int:
+        """The deployment's suspended-run cap."""
+        return self.store.cap
+
+    def _token(self, run: Run) -> str:
+        return self._leases.setdefault(run.run_id, secrets.token_hex(16))
+
+    # ------------------------------------------------------------------ slots and parking
+    async def reserve_slot(self, run: Run) -> bool:
+        """Gives ``run`` a slot if the deployment has one free; True when it holds one."""
         if run.holds_slot:
             return True
-        if len(self.slots) >= self.cap:
-            return False
-        self.slots.add(run.run_id)
-        run.holds_slot = True
-        return True
+        if await self.store.reserve_slot(run.run_id, run.session_id, run.agent_run_id, run.created_at, self._token(run), self.lease_seconds):
+            run.holds_slot = True
+        return run.holds_slot
 
     def add(self, run: Run) -> None:
-        """Registers an active run (so CancelRun and scope end can find it)."""
-        self.runs[run.run_id] = run
+        """Registers a run whose leg runs here (CancelRun and scope end find it)."""
+        self.active[run.run_id] = run
 
-    def park(self, run: Run, ttl_seconds: int) -> None:
-        """Stores a suspended run with a fresh expiry."""
-        run.expires_at = time.time() + ttl_seconds
-        self.runs[run.run_id] = run
-        self.claimed.discard(run.run_id)
+    async def park(self, run: Run, snapshot: bytes) -> bool:
+        """Stores the suspended run and its snapshot in one transaction (SPEC §16.1 item 2).
 
-    def release_claim(self, run: Run) -> None:
-        """Lets another wait claim the run again (a wait that did not resume)."""
-        self.claimed.discard(run.run_id)
-
-    def claim(self, run_id: str) -> ClaimResult:
-        """Claims a suspended run for a wait.
+        The run must hold a slot. Sets ``expires_at`` from the store's clock.
 
         Returns:
-            :class:`Claimed` with the run; :class:`ClaimBusy` when another wait
-            holds it; :class:`ClaimUnknown` when it is unknown or expired.
+            False when this process no longer holds the run (its lease was taken
+            over, or it was cancelled): nothing was stored.
         """
-        self.sweep()
-        run = self.runs.get(run_id)
-        if run is None or not run.suspended:
-            return ClaimUnknown()
-        if run_id in self.claimed:
-            return ClaimBusy(run)
-        self.claimed.add(run_id)
-        return Claimed(run)
+        park = Park(run.run_id, run.session_id, run.agent_run_id, run.created_at, encode_run(run), snapshot, run.engine_build_id, run.limits.snapshot_ttl_seconds)
+        expires = await self.store.park(park, self._token(run))
+        self.active.pop(run.run_id, None)
+        self._leases.pop(run.run_id, None)
+        if expires is None:
+            return False
+        run.expires_at = expires
+        run.suspended = True
+        if run.tool_spans:
+            self._spans[run.run_id] = (expires, run.tool_spans)
+        return True
 
-    def remove(self, run: Run) -> None:
-        """Forgets a terminal run and frees its slot."""
-        self.runs.pop(run.run_id, None)
-        self.claimed.discard(run.run_id)
-        self.slots.discard(run.run_id)
+    # ------------------------------------------------------------------ claims and leases
+    async def claim(self, run_id: str, session_id: str, agent_run_id: str) -> ClaimResult:
+        """Claims a suspended run for a wait and rebuilds it from its record.
+
+        A run taken over from a replica that died mid-leg resumes from its last park;
+        the calls that leg had dispatched are answered with [R12]'s text (SPEC §16.1 item 6).
+
+        Returns:
+            :class:`Claimed` with the run and its snapshot; :class:`ClaimBusy` when another
+            wait holds its lease; :class:`ClaimForeign` for another scope's run;
+            :class:`ClaimCancelled` for the scope's cancelled run; :class:`ClaimUnknown`
+            when it is unknown or expired.
+
+        Raises:
+            RunDecodeError: The stored run cannot be read (the claim is released).
+        """
+        token = secrets.token_hex(16)
+        claim = await self.store.claim(run_id, session_id, agent_run_id, token, self.lease_seconds)
+        match claim.status:
+            case "busy":
+                return ClaimBusy()
+            case "foreign":
+                return ClaimForeign(claim.record is None or claim.record.session_id != session_id)
+            case "cancelled":
+                return ClaimCancelled()
+            case "missing":
+                return ClaimUnknown()
+        if claim.record is None:
+            return ClaimUnknown()
+        if self.restore_view is None:
+            await self.store.release(run_id, token)
+            raise RunDecodeError("this registry cannot restore catalog views")
+        try:
+            run = decode_run(claim.record, self.restore_view)
+        except RunDecodeError:
+            await self.store.release(run_id, token)
+            raise
+        self._leases[run_id] = token
+        self.active[run_id] = run
+        kept = self._spans.pop(run_id, None)
+        if kept is not None and kept[0] == claim.record.expires_at and not claim.taken_over:
+            run.tool_spans = kept[1]
+        if claim.taken_over:
+            self._reject_lost_leg(run)
+        for apply in self._hosted.pop(run_id, []):
+            apply(run)
+        return Claimed(run, claim.record.snapshot)
+
+    def _reject_lost_leg(self, run: Run) -> None:
+        now = time.monotonic()
+        for p in run.pending.values():
+            if p.dispatched and p.nested_call_id and p.result is None:
+                reject(run, p, msg.r12(LOST_LEG_EXIT_CODE), Provenance.INTERNAL, "", now)
+                end_tool_call(run, p.nested_call_id, "error", "leg_lost")
+        log.warning("run.taken_over", run_id=run.run_id, rejected=sum(1 for p in run.pending.values() if p.result is not None))
+
+    async def release_claim(self, run: Run) -> None:
+        """Gives the run back (a wait that did not resume, SPEC §10.6 item 5).
+
+        The stored state is replaced by the run's (calls the wait dispatched stay
+        dispatched); snapshot and expiry are unchanged.
+        """
+        token = self._leases.pop(run.run_id, None)
+        self.active.pop(run.run_id, None)
+        if run.tool_spans:
+            self._spans[run.run_id] = (run.expires_at, run.tool_spans)
+        if token is not None:
+            await self.store.release(run.run_id, token, encode_run(run))
+
+    @contextlib.asynccontextmanager
+    async def holding(self, run: Run, on_lost: Callable[[str], None]) -> AsyncIterator[None]:
+        """Renews the run's lease while the body (a leg) runs (SPEC §16.1 item 4).
+
+        Args:
+            run: The run the leg serves (renewed once it holds a slot).
+            on_lost: Called with ``"cancelled"`` or ``"lost"`` when the store says the
+                run was cancelled elsewhere or taken over; the caller aborts the leg.
+        """
+
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(self.lease_seconds / 3)
+                token = self._leases.get(run.run_id)
+                if token is None or not run.holds_slot:
+                    continue
+                try:
+                    status = await self.store.renew(run.run_id, token, self.lease_seconds)
+                except Exception as exc:  # noqa: BLE001 - a store hiccup: try again next tick
+                    log.warning("lease.renew_failed", run_id=run.run_id, error=exc.__class__.__name__)
+                    continue
+                if status != "ok":
+                    log.warning("lease.lost", run_id=run.run_id, status=status)
+                    on_lost(status)
+                    return
+
+        task = asyncio.ensure_future(renew())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+    # ------------------------------------------------------------------ ends
+    async def remove(self, run: Run) -> None:
+        """Forgets a terminal run and frees its slot and snapshot."""
+        token = self._leases.pop(run.run_id, None)
+        self.active.pop(run.run_id, None)
+        self._hosted.pop(run.run_id, None)
+        if run.holds_slot and token is not None:
+            await self.store.remove(run.run_id, token)
         run.holds_slot = False
         run.suspended = False
-        self.store.delete(run.run_id)
         end_open_tool_calls(run)
 
-    def cancel(self, run: Run) -> None:
-        """Discards a run so waits report ``aborted`` until its expiry."""
+    async def hand_back(self, run: Run) -> None:
+        """Gives up a run whose leg the service's shutdown aborted, as a dying replica would (SPEC §16.1 item 6).
+
+        The stored record (the last park, when there is one) stays; the lease lapses at
+        once, so a wait on any replica resumes the run from its last park without waiting
+        for the lease to expire. A run that never parked is swept.
+        """
+        token = self._leases.pop(run.run_id, None)
+        self.active.pop(run.run_id, None)
+        if run.holds_slot and token is not None:
+            await self.store.renew(run.run_id, token, 0.0)
+        run.holds_slot = False
+        end_open_tool_calls(run)
+
+    async def discard(self, run_id: str) -> bool:
+        """Removes a suspended run no leg holds (scope end). True when one was removed."""
+        self._end_kept_spans(run_id)
+        return await self.store.remove(run_id, None)
+
+    async def cancel(self, run: Run) -> None:
+        """Discards a run so waits report ``aborted`` until its original expiry (SPEC §3.6)."""
         run.cancelled = True
-        expires = run.expires_at or (time.time() + run.limits.snapshot_ttl_seconds)
-        self.cancelled[run.run_id] = _Tombstone(run.session_id, run.agent_run_id, expires)
-        self.remove(run)
+        await self.cancel_id(run.run_id, run.session_id, run.agent_run_id, run.expires_at, run.limits.snapshot_ttl_seconds)
+        await self.remove(run)
 
-    def sweep(self) -> list[Run]:
-        """Removes expired suspended runs and old tombstones; returns the runs."""
-        now = time.time()
-        expired = [r for r in self.runs.values() if r.suspended and r.expires_at and r.expires_at <= now and r.run_id not in self.claimed]
-        for run in expired:
-            self.remove(run)
-        for run_id in [k for k, t in self.cancelled.items() if t.expires_at <= now]:
-            del self.cancelled[run_id]
-        return expired
+    async def cancel_id(self, run_id: str, session_id: str, agent_run_id: str, expires_at: float, ttl_seconds: float) -> None:
+        """Leaves a tombstone for ``run_id`` (a leg elsewhere learns it at its next renewal)."""
+        until = expires_at or (await self.store.now() + ttl_seconds)
+        await self.store.cancel(run_id, session_id, agent_run_id, until)
+        self._end_kept_spans(run_id)
 
-    def of_scope(self, session_id: str, agent_run_id: str) -> list[Run]:
-        """The scope's runs, oldest first."""
-        runs = [r for r in self.runs.values() if r.session_id == session_id and r.agent_run_id == agent_run_id]
-        return sorted(runs, key=lambda r: r.created_at)
+    def _end_kept_spans(self, run_id: str) -> None:
+        kept = self._spans.pop(run_id, None)
+        if kept is not None:
+            holder = Run(run_id, "", "", "", "", "", None, False, None, None)  # type: ignore[arg-type]
+            holder.tool_spans = kept[1]
+            end_open_tool_calls(holder)
+
+    async def sweep(self) -> list[RunRecord]:
+        """Deletes expired runs deployment-wide (any replica sweeps, SPEC §16.1 item 7)."""
+        swept = await self.store.sweep()
+        for record in swept:
+            self._end_kept_spans(record.run_id)
+            self._hosted.pop(record.run_id, None)
+        self.counts = await self.store.counts()
+        return swept
+
+    # ------------------------------------------------------------------ hosted calls
+    def deliver_hosted(self, run_id: str, apply: HostedOutcome, on_settled: Callable[[str], None]) -> None:
+        """Records a cellblock-hosted call's outcome on its run.
+
+        On the run of a leg running here at once (then ``on_settled(bridge_id)``);
+        otherwise kept until a wait in this process claims the run.
+        """
+        run = self.active.get(run_id)
+        if run is None:
+            self._hosted.setdefault(run_id, []).append(apply)
+            return
+        settled = apply(run)
+        if settled is not None:
+            on_settled(settled.bridge_id)
+
+    # ------------------------------------------------------------------ reads
+    async def summary(self, run_id: str) -> RunSummary | None:
+        """The run as RunService shows it: from the store, else from a leg of this process."""
+        record = await self.store.get(run_id)
+        if record is not None and record.state != "cancelled":
+            local = self.active.get(run_id)
+            return _summary_of_run(local) if local is not None else _summary_of_record(record, await self.store.now())
+        local = self.active.get(run_id)
+        return _summary_of_run(local) if local is not None and record is None else None
+
+    async def of_scope(self, session_id: str, agent_run_id: str) -> list[RunSummary]:
+        """The scope's runs on every replica, oldest first."""
+        now = await self.store.now()
+        found = {r.run_id: _summary_of_record(r, now) for r in await self.store.list_scope(session_id, agent_run_id)}
+        for run in self.active.values():
+            if (run.session_id, run.agent_run_id) == (session_id, agent_run_id) and not run.cancelled:
+                found[run.run_id] = _summary_of_run(run)
+        return sorted(found.values(), key=lambda s: (s.created_at, s.run_id))

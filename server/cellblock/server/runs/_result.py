@@ -28,7 +28,7 @@ def make_telemetry(
     call_count: int = 0,
     counter_scope: str = "",
 ) -> dict[str, Any]:
-    """Builds a telemetry object (SPEC §12.1) in key order.
+    """Builds a telemetry object (SPEC §12 item 1) in key order.
 
     Args:
         catalog_size: Entries of the run's catalog view.

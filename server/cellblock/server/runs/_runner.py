@@ -18,13 +18,17 @@ import structlog
 from cellblock.server import messages as msg
 from cellblock.server.cells import Executor, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
+from cellblock.server.runs._codec import RunDecodeError
 from cellblock.server.runs._leg import Leg
 from cellblock.server.runs._output import OutputBudget
 from cellblock.server.runs._policy import settle_yields
 from cellblock.server.runs._ports import CatalogPort, LegPorts
 from cellblock.server.runs._protocol import (
+    Cancelled,
     ClaimBusy,
+    ClaimCancelled,
     Claimed,
+    ClaimForeign,
     ClaimUnknown,
     ErrorCode,
     FailurePhase,
@@ -42,6 +46,18 @@ log = structlog.get_logger("cellblock.runs")
 
 #: Returns the scope's telemetry object (SPEC §12 item 1) at the time of the result.
 Telemetry = Callable[[], dict[str, Any]]
+
+#: A leg the service failed, or a park the store refused or failed (lease lost, store error).
+_SERVICE_FAILED = "internal error: the service failed while running this leg."
+
+
+def _abort_on_loss(ports: LegPorts) -> Callable[[str], None]:
+    """Aborts the leg when the store says its run was cancelled elsewhere or taken over."""
+
+    def lost(_status: str) -> None:
+        ports.events.put_nowait(Cancelled())
+
+    return lost
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,7 @@ class Runner:
             The finished leg.
         """
         loop = asyncio.get_running_loop()
-        self.registry.sweep()
+        await self.registry.sweep()
         limits: Limits = self.config.limits_with_overrides(overrides)
         deadline = loop.time() + limits.timeout_ms / 1000.0
         checked = validate_exec(
@@ -148,7 +164,8 @@ class Runner:
         self.registry.add(run)
         remember_exec_span(run)
         structlog.contextvars.bind_contextvars(run_id=run.run_id)
-        return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
+        async with self.registry.holding(run, _abort_on_loss(ports)):
+            return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
 
     # ------------------------------------------------------------------ wait
     async def wait(
@@ -159,74 +176,84 @@ class Runner:
         arguments_json: str,
         ports: LegPorts,
         telemetry: Telemetry,
+        on_claim: Callable[[Run], None] | None = None,
     ) -> LegReport:
         """Runs a wait leg (SPEC §10.6).
 
         Args:
             session_id: The scope's session id.
             agent_run_id: The scope's agent run id.
-            arguments_json: The model's wait arguments, verbatim (SPEC §5.3).
+            arguments_json: The model's wait arguments, verbatim (SPEC §5.2).
             ports: The leg's port (the stream and its event queue).
             telemetry: Returns the scope's telemetry object.
+            on_claim: Called with the run once the wait holds it (the API reports the
+                run's own view's telemetry when this replica lacks the scope's catalog).
 
         Returns:
             The finished leg: the run's result, ``waiting`` again, or a refusal of the wait.
         """
-        loop = asyncio.get_running_loop()
-        claimed = self._claim(arguments_json, session_id, agent_run_id, telemetry)
+        claimed = await self._claim(arguments_json, session_id, agent_run_id, telemetry)
         if isinstance(claimed, LegReport):
             return claimed
-        run = claimed
+        run, snapshot = claimed
+        if on_claim is not None:
+            on_claim(run)
+        async with self.registry.holding(run, _abort_on_loss(ports)):
+            return await self._resume(run, snapshot, ports, telemetry)
+
+    async def _resume(self, run: Run, snapshot: bytes | None, ports: LegPorts, telemetry: Telemetry) -> LegReport:
+        """The wait flow once the run is claimed (SPEC §10.6 items 2-7)."""
+        loop = asyncio.get_running_loop()
         ports.run_id = run.run_id
         structlog.contextvars.bind_contextvars(run_id=run.run_id, tool_call_id=run.tool_call_id)
         deadline = loop.time() + run.limits.timeout_ms / 1000.0
         settle_yields(run, loop.time())
-        leg = self._leg(run, ports, deadline, None)
+        leg = self._leg(run, ports, deadline, None, snapshot)
         # Dispatch what a yield, the deadline or restart safety held back;
         # in-flight calls keep running (SPEC §10.6 item 3).
-        if not leg.dispatch_held():
-            return self._project(run, failed(ErrorCode.INVALID_INPUT, msg.R01), telemetry(), [])
+        if not await leg.dispatch_held():
+            return await self._project(run, failed(ErrorCode.INVALID_INPUT, msg.r01(self.registry.cap)), telemetry(), [])
         outcome = await leg.await_results()
         if outcome is not None:
-            return self._project(run, outcome, telemetry(), [])
+            return await self._project(run, outcome, telemetry(), [])
         budget_s = run.limits.min_resume_budget_ms / 1000.0
         if not any(p.result is not None for p in run.pending.values()) or deadline - loop.time() < budget_s:
             # Nothing to deliver in time: waiting again, same run, expiry not renewed.
             run.legs += 1
-            self.registry.release_claim(run)
+            await self.registry.release_claim(run)
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=run.budget.end_leg(), replay_safe=run.replay_safe, telemetry=telemetry())
             return LegReport(result, RunStatus.WAITING, None, run.run_id, run)
         return await self._run_leg(leg, telemetry)
 
-    def _claim(self, arguments_json: str, session_id: str, agent_run_id: str, telemetry: Telemetry) -> Run | LegReport:
-        """Claims the wait's run for the scope (SPEC §10.6 items 1-2), or the refusal's report."""
+    async def _claim(self, arguments_json: str, session_id: str, agent_run_id: str, telemetry: Telemetry) -> tuple[Run, bytes | None] | LegReport:
+        """Claims the wait's run for the scope in the run store (SPEC §10.6 items 1-2, §16.1 item 4).
+
+        Returns:
+            The run and its stored snapshot, or the refusal's report.
+        """
         run_id = validate_wait(arguments_json)
         if isinstance(run_id, InputFailure):
             return self._input_failure(run_id.message, False, telemetry())
-        tomb = self.registry.cancelled.get(run_id)
-        if tomb is not None and tomb.session_id == session_id and tomb.agent_run_id == agent_run_id:
-            self.registry.sweep()
-            if run_id in self.registry.cancelled:
-                result = failed_result(error=msg.R07, code=ErrorCode.ABORTED, failure_phase=FailurePhase.HOST, bridge_dispatch_started=True, output=[], replay_safe=False, telemetry=telemetry())
-                return LegReport(result, RunStatus.FAILED, ErrorCode.ABORTED, "", None)
-        match self.registry.claim(run_id):
+        await self.registry.sweep()
+        try:
+            claimed = await self.registry.claim(run_id, session_id, agent_run_id)
+        except RunDecodeError as exc:
+            log.error("run.unreadable", run_id=run_id, error=str(exc)[:200])
+            return self._host_failure(msg.r18("its stored state cannot be read"), ErrorCode.RUNTIME_UNAVAILABLE, telemetry())
+        match claimed:
             case ClaimUnknown():
                 return self._input_failure(msg.W03, False, telemetry())
-            case ClaimBusy(run=busy):
-                if busy.session_id != session_id:
-                    return self._input_failure(msg.W04, False, telemetry())
-                if busy.agent_run_id != agent_run_id:
-                    return self._input_failure(msg.W05, False, telemetry())
+            case ClaimCancelled():
+                return self._host_failure(msg.R07, ErrorCode.ABORTED, telemetry())
+            case ClaimForeign(other_session=other_session):
+                return self._input_failure(msg.W04 if other_session else msg.W05, False, telemetry())
+            case ClaimBusy():
                 return self._input_failure(msg.W06, False, telemetry())
-            case Claimed(run=run):
-                pass
-        if run.session_id != session_id or run.agent_run_id != agent_run_id:
-            self.registry.release_claim(run)
-            return self._input_failure(msg.W04 if run.session_id != session_id else msg.W05, False, telemetry())
-        return run
+            case Claimed(run=run, snapshot=snapshot):
+                return run, snapshot
 
     # ------------------------------------------------------------------ legs
-    def _leg(self, run: Run, ports: LegPorts, deadline: float, source: str | None) -> Leg:
+    def _leg(self, run: Run, ports: LegPorts, deadline: float, source: str | None, snapshot: bytes | None = None) -> Leg:
         ports.run_id = run.run_id
         return Leg(
             run,
@@ -236,7 +263,8 @@ class Runner:
             socket_base=self.socket_base,
             source=source,
             reserve_slot=self.registry.reserve_slot,
-            snapshots=self.registry.store,
+            slot_cap=self.registry.cap,
+            snapshot=snapshot,
             pool=self.pool,
         )
 
@@ -247,32 +275,46 @@ class Runner:
             outcome = await leg.run()
         except Exception as exc:  # noqa: BLE001 - a service fault ends the run
             log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
-            outcome = failed(ErrorCode.INTERNAL_ERROR, "internal error: the service failed while running this leg.")
+            outcome = failed(ErrorCode.INTERNAL_ERROR, _SERVICE_FAILED)
         log.debug("leg.ended", run_id=run.run_id, status=outcome.status, code=outcome.code or "", seconds=round(time.monotonic() - started, 3))
-        return self._project(run, outcome, telemetry(), leg.accepted_output)
+        return await self._project(run, outcome, telemetry(), leg.accepted_output)
 
-    def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
+    async def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
         budget = run.budget
+        if outcome.status is RunStatus.WAITING:
+            try:
+                parked = outcome.snapshot is not None and await self.registry.park(run, outcome.snapshot)
+            except Exception as exc:  # noqa: BLE001 - the store failed: nothing is stored, the run fails
+                log.error("run.park_failed", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200])
+                parked = False
+            if not parked:
+                outcome = failed(ErrorCode.INTERNAL_ERROR, _SERVICE_FAILED)
         if outcome.status is RunStatus.COMPLETED:
             output = accepted + budget.end_leg()
             value = budget.final_value(outcome.value)
-            self.registry.remove(run)
+            await self.registry.remove(run)
             return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
         if outcome.status is RunStatus.WAITING:
             output = accepted + budget.end_leg()
-            self.registry.park(run, run.limits.snapshot_ttl_seconds)
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=output, replay_safe=run.replay_safe, telemetry=tele)
             return LegReport(result, RunStatus.WAITING, None, run.run_id, run, outcome.cell_id)
         output = accepted + budget.end_leg()
         error = budget.final_error(outcome.message)
         code = outcome.code or ErrorCode.INTERNAL_ERROR
-        if code is ErrorCode.ABORTED:
-            self.registry.cancel(run)
+        if code is ErrorCode.ABORTED and self.registry.stopping and run.expires_at > 0:
+            # A resumed run has a last park to resume from; an exec's first leg does not and is aborted.
+            await self.registry.hand_back(run)
+        elif code is ErrorCode.ABORTED:
+            await self.registry.cancel(run)
         else:
-            self.registry.remove(run)
+            await self.registry.remove(run)
         result = failed_result(error=error, code=code, failure_phase=outcome.phase, bridge_dispatch_started=run.dispatch_started, output=output, replay_safe=run.replay_safe, telemetry=tele)
         return LegReport(result, RunStatus.FAILED, code, "", run, outcome.cell_id)
 
     def _input_failure(self, message: str, restart_safe: bool, tele: dict[str, Any]) -> LegReport:
         result = failed_result(error=message, code=ErrorCode.INVALID_INPUT, failure_phase=FailurePhase.INPUT, bridge_dispatch_started=False, output=[], replay_safe=restart_safe, telemetry=tele)
         return LegReport(result, RunStatus.FAILED, ErrorCode.INVALID_INPUT, "", None)
+
+    def _host_failure(self, message: str, code: ErrorCode, tele: dict[str, Any]) -> LegReport:
+        result = failed_result(error=message, code=code, failure_phase=FailurePhase.HOST, bridge_dispatch_started=True, output=[], replay_safe=False, telemetry=tele)
+        return LegReport(result, RunStatus.FAILED, code, "", None)

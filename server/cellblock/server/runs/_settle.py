@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import structlog
 from structlog.typing import FilteringBoundLogger
@@ -25,10 +26,12 @@ from cellblock.server.runs._protocol import (
     BridgeMethod,
     Cancelled,
     CancelReason,
+    CellExited,
     ErrorCode,
     HostedSettled,
     LegEvent,
     LegOutcome,
+    SlotReserved,
     TimerDue,
     ToolOutcome,
     failed,
@@ -45,15 +48,19 @@ class SettleLoop:
         run: The run (state persists across legs).
         ports: The leg's port; its queue carries every event of the leg.
         deadline: Absolute ``loop.time()`` of the leg's deadline.
-        reserve_slot: Called before the run's first dispatch or suspension;
-            returns False when no suspended-run slot is free (SPEC §10.7).
+        reserve_slot: Awaited before the run's first dispatch or suspension; False
+            when the deployment has no suspended-run slot free (SPEC §10.7).
+        slot_cap: The deployment's suspended-run cap, quoted by [R01].
     """
 
-    def __init__(self, run: Run, ports: LegPorts, *, deadline: float, reserve_slot: Callable[[Run], bool]) -> None:
+    def __init__(self, run: Run, ports: LegPorts, *, deadline: float, reserve_slot: Callable[[Run], Awaitable[bool]], slot_cap: int) -> None:
         self.run_ = run
         self.ports = ports
         self.deadline = deadline
         self._reserve_slot = reserve_slot
+        self.slot_cap = slot_cap
+        #: Nested calls waiting for the run's first slot (the store answers asynchronously).
+        self._awaiting_slot: list[PendingRequest] = []
         self._tasks: list[asyncio.Future[object]] = []
         self._log: FilteringBoundLogger = log.bind(run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id, tool_call_id=run.tool_call_id)
 
@@ -81,18 +88,76 @@ class SettleLoop:
         """Timers of the run that have not fired (they keep their due time across legs)."""
         return [p for p in self.run_.pending.values() if p.method is BridgeMethod.TIMER and p.result is None]
 
-    # ------------------------------------------------------------ dispatch and abandon
-    def dispatch(self, p: PendingRequest) -> bool:
-        """Dispatches one resolved nested call; False when no suspended-run slot was free."""
-        return dispatch_request(self.run_, self.ports, p, self._reserve_slot)
+    async def hold_events_until(self, ready: asyncio.Future[object], timeout_s: float) -> CellExited | Cancelled | None:
+        """Waits up to ``timeout_s`` for ``ready`` (the cell's attach), keeping other events for later.
 
-    def dispatch_held(self) -> bool:
+        Events other than the cell's exit and a cancel stay on the queue, in arrival order and
+        ahead of later ones, for the settle loop; ``timeout_s`` counts from the call.
+
+        Returns:
+            The :class:`CellExited` or :class:`Cancelled` that came before ``ready``, else ``None``.
+
+        Raises:
+            TimeoutError: ``ready`` was not done in time.
+        """
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout_s
+        held: list[LegEvent] = []
+        try:
+            while not ready.done():
+                get = asyncio.ensure_future(self.ports.events.get())
+                waiting: set[asyncio.Future[Any]] = {ready, get}
+                done, _ = await asyncio.wait(waiting, timeout=max(0.0, give_up - loop.time()), return_when=asyncio.FIRST_COMPLETED)
+                if get not in done:
+                    get.cancel()
+                    if not done:
+                        raise TimeoutError
+                    continue
+                event = get.result()
+                if isinstance(event, CellExited | Cancelled):
+                    return event
+                held.append(event)
+            return None
+        finally:
+            queue = self.ports.events
+            later = [queue.get_nowait() for _ in range(queue.qsize())]
+            for event in [*held, *later]:
+                queue.put_nowait(event)
+
+    # ------------------------------------------------------------ dispatch and abandon
+    def dispatch(self, p: PendingRequest) -> None:
+        """Dispatches one resolved nested call, or holds it until the run's slot is reserved.
+
+        The first call of a run without a slot asks the run store for one; the answer
+        comes back on the queue as :class:`SlotReserved` (the settle loop keeps running).
+        """
+        if self.run_.holds_slot:
+            dispatch_request(self.run_, self.ports, p)
+            return
+        self._awaiting_slot.append(p)
+        if len(self._awaiting_slot) == 1:
+
+            async def take_slot() -> None:
+                await self.ports.events.put(SlotReserved(await self._reserve_slot(self.run_)))
+
+            self._spawn(take_slot())
+
+    def redispatch(self, p: PendingRequest) -> None:
+        """Dispatches a call that waited for the run's slot (the leg rechecks its deadline)."""
+        self.dispatch(p)
+
+    async def dispatch_held(self) -> bool:
         """Dispatches what a yield, the deadline or restart safety held back (SPEC §10.6 item 3).
 
         Returns:
-            False when a call could not get a suspended-run slot (the run fails with [R01]).
+            False when the run could not get a suspended-run slot (the run fails with [R01]).
         """
-        return all(self.dispatch(p) for p in list(self.run_.pending.values()) if dispatchable(p))
+        held = [p for p in self.run_.pending.values() if dispatchable(p)]
+        if held and not self.run_.holds_slot and not await self._reserve_slot(self.run_):
+            return False
+        for p in held:
+            dispatch_request(self.run_, self.ports, p)
+        return True
 
     def abandon_dispatched(self) -> None:
         """Tells the runtime about every dispatched call that has no result (SPEC §3.6)."""
@@ -109,7 +174,8 @@ class SettleLoop:
         """Handles the events that need no cell: cancel, tool results, timers, hosted settlements.
 
         Returns:
-            The aborted outcome on :class:`Cancelled`, else ``None``.
+            The aborted outcome on :class:`Cancelled`, the [R01] failure on a refused
+            :class:`SlotReserved`, else ``None``.
         """
         match event:
             case Cancelled(reason=reason):
@@ -125,6 +191,13 @@ class SettleLoop:
                     timer.result = TIMER_FIRED
                     timer.settled_at = now
                     self.on_settled(timer)
+            case SlotReserved(granted=granted):
+                held, self._awaiting_slot = self._awaiting_slot, []
+                if not granted:
+                    self.abandon_dispatched()
+                    return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))
+                for p in held:
+                    self.redispatch(p)
             case HostedSettled(bridge_id=bridge_id):
                 # A cellblock-hosted MCP call already recorded its result on the run.
                 hosted = self.run_.pending.get(bridge_id)

@@ -40,11 +40,14 @@ _registries: weakref.WeakSet[RunRegistry] = weakref.WeakSet()
 
 
 def _observe_suspended(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
-    total = sum(sum(1 for r in reg.runs.values() if r.suspended and r.run_id not in reg.claimed) for reg in list(_registries))
+    # Each registry reports the deployment-wide count its last sweep read from the run store.
+    total = max((reg.counts[1] for reg in list(_registries)), default=0)
     yield metrics.Observation(total)
 
 
-_meter.create_observable_gauge("cellblock.runs.suspended", callbacks=[_observe_suspended], unit="{run}", description="Runs parked with a snapshot, waiting for a wait.")
+_meter.create_observable_gauge(
+    "cellblock.runs.suspended", callbacks=[_observe_suspended], unit="{run}", description="Runs parked with a snapshot in the deployment's run store, as of the last sweep."
+)
 
 
 def record_leg(kind: str, status: str, code: str) -> None:
