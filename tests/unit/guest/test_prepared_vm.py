@@ -9,6 +9,10 @@ VM made at Start: same globals, same status, same snapshot round trip.
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
 
 from cellblock.guest._vm import CellVM
@@ -66,3 +70,24 @@ def test_a_snapshot_restores_into_a_prepared_vm() -> None:
     status = second.status()
     assert status["phase"] == "fulfilled" and json.loads(str(status["valueJson"])) == 42
     second.close()
+
+
+_PRELOAD_PROBE = """
+import wasmtime
+loaded = []
+real = wasmtime.Module.deserialize_file
+wasmtime.Module.deserialize_file = lambda engine, path: loaded.append(path) or real(engine, path)
+from cellblock.guest._vm import CellVM
+CellVM.prepared(memory_limit_bytes=32 << 20).close()
+print(loaded)
+"""
+
+
+def test_a_prepared_vm_uses_the_precompiled_engine(tmp_path: pathlib.Path) -> None:
+    """A pooled cell prepares its VM before its hello: that VM must load the image's precompiled
+    QuickJS module, not compile the wasm itself (which cost each cell 1-2 s under its CPU quota)."""
+    module = tmp_path / "quickjs.cwasm"
+    env = {**os.environ, "CELLBLOCK_PRECOMPILED_QUICKJS": str(module)}
+    subprocess.run([sys.executable, "-m", "cellblock.guest.precompile", str(module)], env=env, check=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", _PRELOAD_PROBE], env=env, check=True, timeout=120, capture_output=True, text=True)
+    assert out.stdout.strip() == repr([str(module)])

@@ -188,6 +188,9 @@ class CellVM:
     """
 
     def __init__(self, *, memory_limit_bytes: int, deadline: float) -> None:
+        # The precompiled module first: a VM made before it is loaded would
+        # compile the wasm itself (1-2 s under the cell's CPU quota).
+        preload_engine()
         self.deadline = deadline
         self.interrupted = False
         self._runtime = Runtime(memory_limit=memory_limit_bytes, stack_limit=None)
