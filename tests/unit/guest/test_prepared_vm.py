@@ -84,8 +84,10 @@ print(loaded)
 
 
 def test_a_prepared_vm_uses_the_precompiled_engine(tmp_path: pathlib.Path) -> None:
-    """A pooled cell prepares its VM before its hello: that VM must load the image's precompiled
-    QuickJS module, not compile the wasm itself (which cost each cell 1-2 s under its CPU quota)."""
+    """A VM prepared before the hello loads the precompiled QuickJS module.
+
+    Compiling the wasm itself instead cost each pooled cell 1-2 s under its CPU quota.
+    """
     module = tmp_path / "quickjs.cwasm"
     env = {**os.environ, "CELLBLOCK_PRECOMPILED_QUICKJS": str(module)}
     subprocess.run([sys.executable, "-m", "cellblock.guest.precompile", str(module)], env=env, check=True, timeout=120)
