@@ -20,14 +20,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
-from cellblock.guest._vm import CellVM, VMPoisonedError, engine_build_id
+from cellblock.guest._vm import CellVM, Outbox, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
 #: ``host:port`` of the replica's bridge port (Kubernetes); when set, the agent
@@ -95,19 +94,20 @@ class Leg:
     def __init__(self, token: str, memory_limit_bytes: int = 0) -> None:
         self._token = token
         self._memory_limit_bytes = memory_limit_bytes
-        self._send_q: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
+        #: Messages for the host, written when the agent next waits for it.
+        self._outgoing: list[pb.AttachRequest] = []
         self._watchdog = _Watchdog()
         self._deadline = time.monotonic() + 60.0
 
-    async def _requests(self) -> AsyncIterator[pb.AttachRequest]:
-        while True:
-            item = await self._send_q.get()
-            if item is None:
-                return
-            yield item
+    def _send(self, msg: pb.AttachRequest) -> None:
+        self._outgoing.append(msg)
 
-    def _send(self, msg: pb.AttachRequest | None) -> None:
-        self._send_q.put_nowait(msg)
+    async def _write_outgoing(self, call: Any) -> None:
+        # Written on the stream directly (no request iterator, so no queue
+        # hop and no task switch per message), in order, each awaited.
+        outgoing, self._outgoing = self._outgoing, []
+        for msg in outgoing:
+            await call.write(msg)
 
     async def run(self, channel: grpc.aio.Channel) -> None:
         stub = pb_grpc.BridgeServiceStub(channel)
@@ -115,9 +115,8 @@ class Leg:
         # once its VM is: the leg's Start then pays for per-leg work alone.
         prepared = CellVM.prepared(memory_limit_bytes=self._memory_limit_bytes) if self._memory_limit_bytes > 0 else None
         self._send(pb.AttachRequest(hello=pb.Hello(cell_token=self._token, engine_build_id=engine_build_id())))
-        call = stub.Attach(self._requests())
-        responses = call.__aiter__()
-        first = await self._next(responses)
+        call = stub.Attach()
+        first = await self._next(call)
         if first.WhichOneof("message") != "start":
             raise RuntimeError("the host did not start the leg")
         start = first.start
@@ -131,18 +130,19 @@ class Leg:
             vm = CellVM(memory_limit_bytes=start.limits.memory_limit_bytes, deadline=deadline)
         if prepared is not None:
             prepared.close()
-        end = await self._drive(vm, start, responses)
+        end = await self._drive(vm, start, call)
         self._send(pb.AttachRequest(end=end))
-        self._send(None)
         # Drain the host's side until it closes the stream.
         try:
-            async for _ in responses:
+            await self._write_outgoing(call)
+            await call.done_writing()
+            while await call.read() is not grpc.aio.EOF:
                 pass
         except grpc.aio.AioRpcError:
             pass
         vm.close()
 
-    async def _drive(self, vm: CellVM, start: pb.Start, responses: AsyncIterator[pb.AttachResponse]) -> pb.LegEnd:
+    async def _drive(self, vm: CellVM, start: pb.Start, call: Any) -> pb.LegEnd:
         catalog = json.loads(start.catalog_json or "{}")
         limits = start.limits
         config: dict[str, Any] = {
@@ -161,7 +161,7 @@ class Leg:
             if start.snapshot_bytes:
                 chunks: list[bytes] = []
                 while True:
-                    msg = await self._next(responses)
+                    msg = await self._next(call)
                     if msg.WhichOneof("message") != "snapshot_chunk":
                         raise RuntimeError("expected a snapshot chunk")
                     chunks.append(msg.snapshot_chunk.data)
@@ -172,8 +172,8 @@ class Leg:
                 self._step(lambda: vm.install(config))
                 self._step(lambda: vm.start(start.source))
             while True:
-                self._flush(vm)
-                status = vm.status()
+                outbox, status = vm.report()
+                self._forward(outbox)
                 phase = status.get("phase")
                 host_work = status.get("hostWork")
                 if not isinstance(phase, str) or not isinstance(host_work, int | float):
@@ -196,7 +196,7 @@ class Leg:
                 if phase == "pending" and host_work == 0:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
                 self._send(pb.AttachRequest(idle=pb.Idle(host_work=int(host_work))))
-                msg = await self._next(responses)
+                msg = await self._next(call)
                 kind = msg.WhichOneof("message")
                 if kind == "settle":
                     s = msg.settle
@@ -229,18 +229,31 @@ class Leg:
         finally:
             self._watchdog.arm(float("inf"))
 
-    async def _next(self, responses: AsyncIterator[pb.AttachResponse]) -> pb.AttachResponse:
-        """The next host message; a host silent long past the deadline ends the cell."""
+    async def _next(self, call: Any) -> pb.AttachResponse:
+        """Writes what waits for the host, then reads its next message.
+
+        A host silent long past the deadline ends the cell; a stream the host
+        ended raises ``RuntimeError``.
+        """
         timeout = max(1.0, self._deadline + HOST_SILENCE_GRACE_S - time.monotonic())
         try:
-            return await asyncio.wait_for(responses.__anext__(), timeout=timeout)
+            # asyncio.timeout, not wait_for: no task per message.
+            async with asyncio.timeout(timeout):
+                await self._write_outgoing(call)
+                msg = await call.read()
         except TimeoutError:
             print("cellblock-guest: the host went silent; ending the cell", file=sys.stderr)
             os._exit(pb.CELL_EXIT_CODE_HOST_SILENT)
+        if not isinstance(msg, pb.AttachResponse):
+            raise RuntimeError("the host ended the bridge stream")
+        return msg
 
     def _flush(self, vm: CellVM, *, salvage: bool = False) -> None:
         """Forwards the controller's outbox to the host (one VM call per flush)."""
-        outbox = vm.salvage() if salvage else vm.take()
+        self._forward(vm.salvage() if salvage else vm.take())
+
+    def _forward(self, outbox: Outbox) -> None:
+        """Sends an outbox's requests, output entries and omissions to the host."""
         for item in outbox.items:
             if item[0] == "r":
                 _, bridge_id, method, args_json = item

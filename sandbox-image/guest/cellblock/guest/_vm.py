@@ -22,6 +22,8 @@ import quickjs_rs
 import wasmtime
 from quickjs_rs import Runtime, Snapshot
 
+from cellblock.guest._crossings import ControllerCalls
+
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
 # on the source's first line, so line numbers stay exact and only columns of
@@ -207,6 +209,7 @@ class CellVM:
         self._ctrl: quickjs_rs.Handle | None = None
         self._factory: quickjs_rs.Handle | None = None
         self._methods: dict[str, quickjs_rs.Handle] = {}
+        self._calls = ControllerCalls(self._instance)
 
     @classmethod
     def prepared(cls, *, memory_limit_bytes: int) -> CellVM:
@@ -251,7 +254,8 @@ class CellVM:
 
     def settle(self, bridge_id: str, ok: bool, payload: str, code: str) -> None:
         """Settles one bridge request and runs the job queue."""
-        self._guard(lambda: self._controller("settle").call(bridge_id, ok, payload, code))
+        packed = json.dumps([bridge_id, ok, code], separators=(",", ":")) + "\n" + payload
+        self._guard(lambda: self._calls.call(self._raw("settleText"), packed, result=False))
         self.drain()
 
     def drain(self) -> None:
@@ -285,6 +289,14 @@ class CellVM:
         if not isinstance(value, dict):
             raise RuntimeError("the controller returned an invalid status")
         return value
+
+    def report(self) -> tuple[Outbox, dict[str, Any]]:
+        """Takes the outbox and reads the status in one controller call (:meth:`take`, then :meth:`status`)."""
+        text = self._guard(lambda: self._calls.call(self._raw("reportJson"), None, result=True))
+        value = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(value, dict) or not isinstance(value.get("take"), dict) or not isinstance(value.get("status"), dict):
+            raise RuntimeError("the controller returned an invalid report")
+        return _outbox(value["take"]), value["status"]
 
     def take(self) -> Outbox:
         """Takes the controller's outbox (requests, output, omissions) and empties it."""
@@ -350,6 +362,7 @@ class CellVM:
 
     def close(self) -> None:
         """Releases the engine."""
+        self._calls.close()
         try:
             self._runtime.close()
         except Exception:  # noqa: BLE001 - a poisoned engine may fail to close
@@ -364,6 +377,10 @@ class CellVM:
         if method is None:
             method = self._methods[name] = self._ctrl.get(name)
         return method
+
+    def _raw(self, name: str) -> int:
+        """The raw engine handle of a controller method (see :mod:`._crossings`)."""
+        return int(self._controller(name)._require_live()._require_live())
 
     def _guard(self, fn: Any) -> Any:
         self._runtime._deadline = self.deadline

@@ -59,6 +59,7 @@
   const arrayMap = Array.prototype.map;
   const strSplit = String.prototype.split;
   const strSlice = String.prototype.slice;
+  const strIndexOf = String.prototype.indexOf;
   const strReplace = String.prototype.replace;
   const strStartsWith = String.prototype.startsWith;
   const regexExec = RegExp.prototype.exec;
@@ -674,6 +675,21 @@
         entry.reject(err);
       }
       return true;
+    },
+    // settle() with its arguments packed into one string, so the agent makes
+    // one engine string per settlement: a JSON header [id, ok, code], a line
+    // feed (never inside the compact header), then the payload text as is.
+    settleText(text) {
+      const cut = call(strIndexOf, text, "\n");
+      const head = jsonParse(call(strSlice, text, 0, cut));
+      return controller.settle(head[0], head[1] === true, call(strSlice, text, cut + 1), head[2]);
+    },
+    // take() and status() in one call and one JSON text (the outbox first:
+    // output a value's toJSON writes while status() serialises it waits for
+    // the next take).
+    reportJson() {
+      const taken = controller.take();
+      return jsonStringify(record({ take: taken, status: controller.status() }));
     },
     // The same record as one JSON text, made by the controller's own captured
     // JSON.stringify from primitives only (no guest toJSON, getter or proxy can

@@ -85,11 +85,11 @@ class _Servicer(pb_grpc.BridgeServiceServicer):
         async def pump() -> None:
             try:
                 async for msg in iterator:
-                    await bridge.inbox.put(msg)
+                    bridge.received(msg)
             except (grpc.aio.AioRpcError, asyncio.CancelledError):
                 pass
             finally:
-                await bridge.inbox.put(None)
+                bridge.received(None)
 
         reader = asyncio.create_task(pump())
         try:
@@ -125,6 +125,24 @@ class CellBridge:
         self._socket_uid = socket_uid
         self._server: grpc.aio.Server | None = None
         self._on_close: Callable[[], None] | None = None
+        self._sink: Callable[[pb.AttachRequest | None], None] | None = None
+
+    def received(self, msg: pb.AttachRequest | None) -> None:
+        """Takes one guest message (``None``: the stream ended) from the bridge stream."""
+        if self._sink is not None:
+            self._sink(msg)
+        else:
+            self.inbox.put_nowait(msg)
+
+    def deliver_to(self, sink: Callable[[pb.AttachRequest | None], None]) -> None:
+        """Hands every guest message to ``sink`` from now on, those already in :attr:`inbox` first.
+
+        The leg that owns the cell calls this once: messages then reach its
+        event queue with no queue and task in between.
+        """
+        while not self.inbox.empty():
+            sink(self.inbox.get_nowait())
+        self._sink = sink
 
     @property
     def socket_path(self) -> str:

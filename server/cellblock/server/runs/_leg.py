@@ -137,13 +137,8 @@ class Leg(SettleLoop):
         # are removed off the reply path (cells.CellReaper).
         self.executor.reaper.retire(self._cell, self._bridge)
 
-    async def _pump_inbox(self) -> None:
-        assert self._bridge is not None
-        while True:
-            item = await self._bridge.inbox.get()
-            await self.ports.events.put(GuestMessage(item))
-            if item is None:
-                return
+    def _deliver_guest(self, item: bpb.AttachRequest | None) -> None:
+        self.ports.events.put_nowait(GuestMessage(item))
 
     async def _watch_cell(self) -> None:
         assert self._cell is not None
@@ -179,7 +174,8 @@ class Leg(SettleLoop):
         if snapshot is not None and run.engine_build_id and self._bridge.engine_build_id != run.engine_build_id:
             return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.R19)
         run.engine_build_id = self._bridge.engine_build_id
-        self._spawn(self._pump_inbox())
+        # Guest messages go onto the leg's event queue as the bridge reads them.
+        self._bridge.deliver_to(self._deliver_guest)
         self._send_start(loop, snapshot)
         self._started = True
         # Deliver what settled while the run was suspended, in completion order.
@@ -228,7 +224,7 @@ class Leg(SettleLoop):
                 self._suspend()
             timeout = (self.deadline - now) if now < self.deadline else (kill_at - now)
             try:
-                event = await asyncio.wait_for(self.ports.events.get(), timeout=max(0.0, timeout))
+                event = await self._next_event(timeout)
             except TimeoutError:
                 if loop.time() >= kill_at:
                     assert self._cell is not None
@@ -252,6 +248,19 @@ class Leg(SettleLoop):
                     outcome = self.on_runtime_event(event, loop.time())
             if outcome is not None:
                 return outcome
+
+    async def _next_event(self, timeout: float) -> Any:
+        """The next leg event; ``TimeoutError`` after ``timeout`` seconds without one.
+
+        One already queued is taken at once; otherwise ``asyncio.timeout``
+        bounds the wait (``wait_for`` would start a task per event, and a
+        nested call is several events).
+        """
+        events = self.ports.events
+        if not events.empty():
+            return events.get_nowait()
+        async with asyncio.timeout(max(0.0, timeout)):
+            return await events.get()
 
     def _on_guest(self, message: bpb.AttachRequest | None) -> Awaitable[LegOutcome] | None:
         self.trace.guest_spoke()
