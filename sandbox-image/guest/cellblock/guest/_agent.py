@@ -91,12 +91,12 @@ class _Watchdog:
 class Leg:
     """Runs one leg over an attached bridge stream."""
 
-    def __init__(self, token: str, memory_limit_bytes: int = 0) -> None:
+    def __init__(self, token: str, memory_limit_bytes: int = 0, watchdog: _Watchdog | None = None) -> None:
         self._token = token
         self._memory_limit_bytes = memory_limit_bytes
         #: Messages for the host, written when the agent next waits for it.
         self._outgoing: list[pb.AttachRequest] = []
-        self._watchdog = _Watchdog()
+        self._watchdog = watchdog or _Watchdog()
         self._deadline = time.monotonic() + 60.0
 
     def _send(self, msg: pb.AttachRequest) -> None:
@@ -109,7 +109,13 @@ class Leg:
         for msg in outgoing:
             await call.write(msg)
 
-    async def run(self, channel: grpc.aio.Channel) -> None:
+    async def run(self, channel: grpc.aio.Channel) -> str:
+        """Serves one leg on a new stream of ``channel``.
+
+        Returns:
+            The next leg's token when the host recycles the cell (SPEC §16.2),
+            else ``""`` (the cell ends).
+        """
         stub = pb_grpc.BridgeServiceStub(channel)
         # Prepared before the hello, so a cell counts as ready (attached) only
         # once its VM is: the leg's Start then pays for per-leg work alone.
@@ -132,15 +138,21 @@ class Leg:
             prepared.close()
         end = await self._drive(vm, start, call)
         self._send(pb.AttachRequest(end=end))
-        # Drain the host's side until it closes the stream.
+        # Drain the host's side until it closes the stream; its last message
+        # may recycle the cell for the next leg of the scope.
+        next_token = ""
         try:
             await self._write_outgoing(call)
             await call.done_writing()
-            while await call.read() is not grpc.aio.EOF:
-                pass
+            while (msg := await call.read()) is not grpc.aio.EOF:
+                if isinstance(msg, pb.AttachResponse) and msg.WhichOneof("message") == "recycle":
+                    next_token = msg.recycle.next_cell_token
         except grpc.aio.AioRpcError:
-            pass
+            next_token = ""
+        # Nothing of this leg's VM survives into the next: its engine
+        # instance (the whole linear memory) is released here.
         vm.close()
+        return next_token
 
     async def _drive(self, vm: CellVM, start: pb.Start, call: Any) -> pb.LegEnd:
         catalog = json.loads(start.catalog_json or "{}")
@@ -319,7 +331,12 @@ async def _amain() -> int:
         except (TimeoutError, grpc.aio.AioRpcError):
             print("cellblock-guest: bridge unreachable", file=sys.stderr)
             return pb.CELL_EXIT_CODE_BRIDGE_UNREACHABLE
-        await Leg(token, memory_limit_bytes).run(channel)
+        watchdog = _Watchdog()
+        # One leg, or under cell reuse (SPEC §16.2) consecutive legs of one
+        # scope, each with a fresh VM and its own token.
+        token = await Leg(token, memory_limit_bytes, watchdog).run(channel)
+        while token:
+            token = await Leg(token, memory_limit_bytes, watchdog).run(channel)
     return pb.CELL_EXIT_CODE_UNSPECIFIED
 
 

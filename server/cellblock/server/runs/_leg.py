@@ -1,12 +1,12 @@
 """One leg of a run in a cell: start it, attach it, drive its settle loop (SPEC §10.2-10.4).
 
-A leg owns exactly one cell. It starts it, feeds it the program (or the
-snapshot), answers its bridge requests, forwards nested calls to the runtime,
-enforces the deadline with the host watchdog, and ends with one result. Every
-path out of :meth:`Leg.run` destroys the cell and removes its socket
-directory. Request policy is :mod:`~cellblock.server.runs._policy`, the shared
-settle-loop parts :mod:`~cellblock.server.runs._settle`, and the mapping of a
-guest's failure :mod:`~cellblock.server.runs._guest_failure`.
+A leg owns exactly one cell. It gets it (:mod:`~cellblock.server.runs._cell_choice`),
+feeds it the program (or the snapshot), answers its bridge requests, forwards nested
+calls to the runtime, enforces the deadline with the host watchdog, and ends with one
+result. Every path out of :meth:`Leg.run` destroys the cell, unless cell reuse keeps
+it for the scope's next leg (SPEC §16.2). Request policy is :mod:`~cellblock.server.runs._policy`,
+the shared settle-loop parts :mod:`~cellblock.server.runs._settle`, and the mapping of
+a guest's failure :mod:`~cellblock.server.runs._guest_failure`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import structlog
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.cells import Cell, CellBridge, CellSpec, CellStartError, Executor, WarmPool
+from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells, WarmPool
 from cellblock.server.limits import ATTACH_TIMEOUT_S, WATCHDOG_GRACE_MS
+from cellblock.server.runs._cell_choice import clean_end, fresh_cell, ready_cell, reusable
 from cellblock.server.runs._guest_failure import exit_failure, guest_failure
 from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, reply_inbox_bytes, restart_safe_label
@@ -51,6 +52,7 @@ class Leg(SettleLoop):
         slot_cap: The deployment's suspended-run cap, quoted by [R01].
         snapshot: The run's stored snapshot when resuming (``None`` for exec).
         pool: Warm cells, if the deployment keeps any.
+        scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``), else ``None``.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class Leg(SettleLoop):
         slot_cap: int,
         snapshot: bytes | None = None,
         pool: WarmPool | None = None,
+        scope_cells: ScopeCells | None = None,
     ) -> None:
         super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot, slot_cap=slot_cap)
         self.executor = executor
@@ -73,8 +76,13 @@ class Leg(SettleLoop):
         self.source = source
         self._snapshot = snapshot
         self.pool = pool
+        self.scope_cells = scope_cells
         self._bridge: CellBridge | None = None
         self._cell: Cell | None = None
+        self._kept: ScopeCell | None = None
+        #: The guest's end was clean and accepted (SPEC §16.2 item 2; see _cell_choice).
+        self._clean_end = False
+        self._outcome: LegOutcome | None = None
         self._suspend_sent = False
         #: True once the cell has its Start message; settlements before that are delivered with it.
         self._started = False
@@ -102,30 +110,25 @@ class Leg(SettleLoop):
         loop = asyncio.get_running_loop()
         run = self.run_
         run.legs += 1
-        # A warm cell (started and attached ahead of time) when the pool has
-        # one of this size; otherwise a fresh cell. Either serves this leg only.
-        warm = self.pool.acquire(run.limits.memory_limit_bytes) if self.pool is not None else None
-        cell_id = warm.cell.cell_id if warm is not None else "cell_" + secrets.token_hex(8)
+        # The scope's kept cell (cell reuse), a warm cell, or a fresh cell.
+        scope = (run.session_id, run.agent_run_id)
+        chosen = ready_cell(scope=scope, memory_limit_bytes=run.limits.memory_limit_bytes, pool=self.pool, scope_cells=self.scope_cells)
+        cell_id = chosen.cell.cell_id if chosen is not None and chosen.cell is not None else "cell_" + secrets.token_hex(8)
         self._log = self._log.bind(cell_id=cell_id)
         structlog.contextvars.bind_contextvars(cell_id=cell_id)
         self.trace.acquiring(cell_id)
         try:
-            if warm is not None:
-                self._bridge, self._cell = warm.bridge, warm.cell
-            else:
-                try:
-                    self._bridge = await self.executor.open_bridge(self.socket_base)
-                except OSError as exc:
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
-                spec = CellSpec(cell_id=cell_id, bridge_dir=self._bridge.directory, cell_token=self._bridge.token, memory_limit_bytes=run.limits.memory_limit_bytes)
-                try:
-                    self._cell = await self.executor.start(spec)
-                except CellStartError as exc:
-                    self._log.error("cell.start_failed", reason=str(exc))
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(str(exc)))
-            self._log.debug("cell.started", runtime_id=self._cell.runtime_id)
+            if chosen is None:
+                chosen = await fresh_cell(cell_id=cell_id, memory_limit_bytes=run.limits.memory_limit_bytes, executor=self.executor, socket_base=self.socket_base)
+            self._bridge, self._cell, self._kept = chosen.bridge, chosen.cell, chosen.kept
+            if self._cell is None or self._bridge is None:
+                self._log.error("cell.start_failed", reason=chosen.failure)
+                return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(chosen.failure))
+            if self._kept is None and self.scope_cells is not None:
+                self._kept = self.scope_cells.begin(scope, self._cell, self._bridge, run.limits.memory_limit_bytes)
+            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=chosen.reused)
             self.trace.started(self._cell.runtime_id)
-            outcome = await self._attach_and_drive(loop)
+            outcome = self._outcome = await self._attach_and_drive(loop)
             outcome.cell_id = cell_id
             return outcome
         finally:
@@ -133,6 +136,11 @@ class Leg(SettleLoop):
 
     async def _cleanup(self) -> None:
         self._cancel_tasks()
+        kept, outcome = self._kept, self._outcome
+        if kept is not None and self.scope_cells is not None and outcome is not None:
+            if reusable(outcome, clean=self._clean_end, protocol_broken=self._terminal is not None, exited=kept.exited.done()):
+                self.scope_cells.keep(kept)  # or destroys it (its limits, its scope's end)
+                return
         # The bridge stream closes now; the container and socket directory
         # are removed off the reply path (cells.CellReaper).
         self.executor.reaper.retire(self._cell, self._bridge)
@@ -142,7 +150,8 @@ class Leg(SettleLoop):
 
     async def _watch_cell(self) -> None:
         assert self._cell is not None
-        code = await self._cell.wait()
+        # A kept cell has one waiter for all its legs.
+        code = await (asyncio.shield(self._kept.exited) if self._kept is not None else self._cell.wait())
         await self.ports.events.put(CellExited(code))
 
     async def _await_attach(self) -> LegOutcome | None:
@@ -250,12 +259,7 @@ class Leg(SettleLoop):
                 return outcome
 
     async def _next_event(self, timeout: float) -> Any:
-        """The next leg event; ``TimeoutError`` after ``timeout`` seconds without one.
-
-        One already queued is taken at once; otherwise ``asyncio.timeout``
-        bounds the wait (``wait_for`` would start a task per event, and a
-        nested call is several events).
-        """
+        """The next leg event (one queued at once; no ``wait_for`` task per event); ``TimeoutError`` after ``timeout`` s."""
         events = self.ports.events
         if not events.empty():
             return events.get_nowait()
@@ -411,11 +415,13 @@ class Leg(SettleLoop):
             except ValueError:
                 self._log.error("bridge.invalid_value")
                 return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
+            self._clean_end = True
             return LegOutcome(status=RunStatus.COMPLETED, value=value)
         if which == "suspended":
             return await self._on_suspended(end.suspended)
         if which == "failed":
             self.abandon_dispatched()
+            self._clean_end = clean_end(end)
             return guest_failure(run, end.failed, self._log)
         self._log.error("bridge.invalid_end")
         return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
@@ -426,6 +432,7 @@ class Leg(SettleLoop):
         if len(data) != suspended.snapshot_bytes:
             self._log.error("bridge.snapshot_size_mismatch")
             return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
+        self._clean_end = True
         if len(data) > run.limits.max_snapshot_bytes:
             self.abandon_dispatched()
             self._log.warning("snapshot.too_large", snapshot_bytes=len(data))

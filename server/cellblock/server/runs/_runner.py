@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from cellblock.server import messages as msg
-from cellblock.server.cells import Executor, WarmPool
+from cellblock.server.cells import Executor, ScopeCells, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
 from cellblock.server.runs._codec import RunDecodeError
 from cellblock.server.runs._leg import Leg
@@ -89,11 +89,14 @@ class Runner:
         executor: Starts cells.
         registry: Suspended runs and slots.
         socket_base: Host directory for per-cell bridge socket directories.
+        pool: Warm cells, if the deployment keeps any.
+        scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``, SPEC §16.2).
     """
 
-    def __init__(self, config: CodeModeConfig, executor: Executor, registry: RunRegistry, socket_base: str, pool: WarmPool | None = None) -> None:
+    def __init__(self, config: CodeModeConfig, executor: Executor, registry: RunRegistry, socket_base: str, pool: WarmPool | None = None, scope_cells: ScopeCells | None = None) -> None:
         self.config = config
         self.pool = pool
+        self.scope_cells = scope_cells
         self.executor = executor
         self.registry = registry
         self.socket_base = socket_base
@@ -266,6 +269,7 @@ class Runner:
             slot_cap=self.registry.cap,
             snapshot=snapshot,
             pool=self.pool,
+            scope_cells=self.scope_cells,
         )
 
     async def _run_leg(self, leg: Leg, telemetry: Telemetry) -> LegReport:
