@@ -38,6 +38,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
 SLOW_ROUNDS = max(3, ROUNDS // 2)
 CLIENTS = 16
 RUNS = 64
+DOCKER_RUNS = 32
 NESTED100 = "let s = 0; for (let i = 0; i < 100; i++) { s += (await tools.echo({ n: i })).n; } return s;"
 STATE = "const rows = Array.from({length: 2000}, (_, i) => ({id: i, name: 'row ' + i}));"
 SUSPENDS = STATE + " const y = await yield_control('bench'); return rows.length + (y.status === 'yielded' ? 1 : 0);"
@@ -51,8 +52,8 @@ async def _echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
     return {"details": {"n": tool_input["n"]}}
 
 
-async def _service(sockets: str, warm_pool: int) -> Service:
-    settings = ServerSettings(address="127.0.0.1:0", image=baselines.IMAGE, code_mode={"enabled": True}, socket_dir=sockets, warm_pool=warm_pool)
+async def _service(sockets: str, warm_pool: int, cell_reuse: str = "leg") -> Service:
+    settings = ServerSettings(address="127.0.0.1:0", image=baselines.IMAGE, code_mode={"enabled": True}, socket_dir=sockets, warm_pool=warm_pool, cell_reuse=cell_reuse)
     return await start_service(settings)
 
 
@@ -134,12 +135,12 @@ async def _pairs(cb: _Cellblock, report: Report) -> None:
     report.add("pairs", "exec -> wait round trip", trip)
 
 
-async def _concurrent(one: Callable[[int], Awaitable[None]]) -> tuple[list[float], float]:
-    """RUNS calls of ``one`` from CLIENTS concurrent clients; returns latencies (ms) and completed runs/s."""
+async def _concurrent(one: Callable[[int], Awaitable[None]], runs: int = RUNS) -> tuple[list[float], float]:
+    """``runs`` calls of ``one`` from CLIENTS concurrent clients; returns latencies (ms) and completed runs/s."""
     latencies: list[float] = []
 
     async def client(c: int) -> None:
-        for _ in range(RUNS // CLIENTS):
+        for _ in range(runs // CLIENTS):
             t = time.perf_counter()
             if await attempt(lambda: one(c)):
                 latencies.append((time.perf_counter() - t) * 1000)
@@ -149,21 +150,32 @@ async def _concurrent(one: Callable[[int], Awaitable[None]]) -> tuple[list[float
     return latencies, len(latencies) / (time.perf_counter() - start)
 
 
-async def _throughput(service: Service, report: Report) -> dict[str, float]:
-    rates: dict[str, float] = {}
+async def _cellblock_throughput(service: Service, report: Report, mode: str) -> float:
+    """RUNS trivial execs from CLIENTS clients, each client its own scope (a runtime's agent run)."""
     clients = [await CellblockClient.connect(service.address) for _ in range(CLIENTS)]
     try:
-        cbs = [_Cellblock(c, service, f"tp{i}") for i, c in enumerate(clients)]
+        cbs = [_Cellblock(c, service, f"tp-{mode}-{i}") for i, c in enumerate(clients)]
         for cb in cbs:
             await cb.setup()
-        samples, rates["leg"] = await _concurrent(lambda c: cbs[c].trivial())
-        report.add("throughput", "cellblock exec, leg reuse", samples, f"{rates['leg']:.2f} runs/s")
+        samples, rate = await _concurrent(lambda c: cbs[c].trivial())
+        report.add("throughput", f"cellblock exec, CELLBLOCK_CELL_REUSE={mode}", samples, f"{rate:.2f} runs/s")
+        return rate
     finally:
         for c in clients:
             await c.close()
-    samples, rates["llm-sandbox"] = await _concurrent(lambda c: asyncio.to_thread(baselines.llm_sandbox_run))
+
+
+async def _throughput(service: Service, sockets: str, report: Report) -> dict[str, float]:
+    rates = {"leg": await _cellblock_throughput(service, report, "leg")}
+    scoped = await _service(sockets, warm_pool=2, cell_reuse="scope")
+    try:
+        rates["scope"] = await _cellblock_throughput(scoped, report, "scope")
+    finally:
+        await scoped.stop()
+    # The Docker-per-run rows take seconds per run: two waves of the same 16 clients.
+    samples, rates["llm-sandbox"] = await _concurrent(lambda c: asyncio.to_thread(baselines.llm_sandbox_run), DOCKER_RUNS)
     report.add("throughput", "llm-sandbox (Docker per run, node)", samples, f"{rates['llm-sandbox']:.2f} runs/s")
-    samples, rates["docker"] = await _concurrent(lambda c: asyncio.to_thread(baselines.docker_run_baseline))
+    samples, rates["docker"] = await _concurrent(lambda c: asyncio.to_thread(baselines.docker_run_baseline), DOCKER_RUNS)
     report.add("throughput", "bare docker run --rm", samples, f"{rates['docker']:.2f} runs/s")
     return rates
 
@@ -191,9 +203,8 @@ async def run(report: Report) -> None:
                 report.table("back to back", "Back to back (no idle time for the pool to refill)")
                 await _pairs(cb, report)
                 report.table("pairs", "Exec/wait pairs (back to back)")
-            rates = await _throughput(service, report)
-            report.table("throughput", f"Throughput: {RUNS} trivial runs from {CLIENTS} concurrent clients")
-            report.say("  cellblock exec, scope reuse: not measured (CELLBLOCK_CELL_REUSE=scope is not built yet)")
+            rates = await _throughput(service, sockets, report)
+            report.table("throughput", f"Throughput: trivial runs from {CLIENTS} concurrent clients ({RUNS} per cellblock row, {DOCKER_RUNS} per Docker-per-run row)")
             pool = service.pool
             pool_note = f"pool hits {pool.hits}, misses {pool.misses}" if pool is not None else ""
         finally:
@@ -231,4 +242,5 @@ def _print(report: Report, rates: dict[str, float], pool_note: str) -> None:
     cold = [r for r in report.rows if r.section == "cold start"]
     report.ratio("cold start / bare docker run (same section)", cold[0].p50 / cold[1].p50)
     report.ratio("throughput: cellblock leg / llm-sandbox", rates["leg"] / rates["llm-sandbox"], 1.5, at_most=False)
+    report.ratio("throughput: cellblock scope / llm-sandbox", rates["scope"] / rates["llm-sandbox"], 15, at_most=False)
     report.ratio("throughput: cellblock leg / bare docker run", rates["leg"] / rates["docker"])

@@ -13,7 +13,7 @@ Two parts, each reported as p50/p95 in ms and as ratios to ``memory:``:
 
 Also prints the bytes stored per suspended run (snapshot and record body).
 PostgreSQL is a throwaway cluster with fsync on (``tests/support/postgres.py``) unless
-``BENCH_PG_DSN`` names a server. ``BENCH_ROUNDS`` sets the sample count.
+``BENCH_PG_DSN`` names a server. ``BENCH_STORE_ROUNDS`` (else ``BENCH_ROUNDS``) sets the sample count.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from cellblock.server.runs._state import PendingRequest
 from cellblock.server.store import make_run_store
 
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
+ROUNDS = int(os.environ.get("BENCH_STORE_ROUNDS") or os.environ.get("BENCH_ROUNDS", "30"))
 E2E_ROUNDS = max(3, ROUNDS // 3)
 STATE = "globalThis.rows = Array.from({length: 2000}, (_, i) => ({id: i, name: 'row ' + i}));"
 PROGRAM = STATE.replace("globalThis.rows", "const rows") + " const y = await yield_control('bench'); return rows.length;"

@@ -26,9 +26,9 @@ from tests.process.conftest import SUPPORT
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
 
-async def _reuse_service(executor: ProcessExecutor) -> AsyncIterator[Service]:
+async def _reuse_service(executor: ProcessExecutor, **overrides: int) -> AsyncIterator[Service]:
     with tempfile.TemporaryDirectory(prefix="cellblock-process-reuse-") as sockets:
-        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, store="memory:", cell_reuse="scope")
+        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, store="memory:", cell_reuse="scope", **overrides)
         service = await start_service(settings, executor=executor)
         yield service
         await service.stop()
@@ -117,6 +117,19 @@ async def test_consecutive_legs_run_in_one_agent_with_fresh_vms(real_reuse: Serv
         assert (first.value, second.value) == ("number", "undefined")
         assert first.metadata.cell_id == second.metadata.cell_id
     assert real_reuse.executor.cells_started == 1
+
+
+async def test_idle_cells_are_bounded_over_all_scopes() -> None:
+    async for service in _reuse_service(ProcessExecutor(), max_concurrent_legs=2):
+        assert service.state.scope_cells is not None
+        async with await CellblockClient.connect(service.address) as client:
+            cells = []
+            for n in range(3):
+                scope = Scope(session_id=f"bounded-{n}", agent_run_id="a")
+                await client.put_catalog(scope, [Tool(source="host", name="echo")])
+                cells.append((await client.exec(scope, tool_call_id="t", code="return 1", handlers={})).metadata.cell_id)
+            # The cell idle longest made room for the newest.
+            assert service.state.scope_cells.idle_cell_ids() == set(cells[1:])
 
 
 @pytest.mark.parametrize(

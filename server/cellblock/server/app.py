@@ -305,7 +305,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     # docker executor pools (the process executor is for development).
     pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes, max_size=settings.max_concurrent_legs) if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0 else None
     if settings.cell_reuse == "scope":
-        state.scope_cells = ScopeCells(executor.reaper, max_legs=settings.cell_max_legs, max_age_s=settings.cell_max_age_s, idle_s=settings.cell_idle_s)
+        state.scope_cells = ScopeCells(executor.reaper, max_legs=settings.cell_max_legs, max_age_s=settings.cell_max_age_s, idle_s=settings.cell_idle_s, max_kept=settings.max_concurrent_legs)
     runner = Runner(config, executor, registry, settings.socket_dir, pool, state.scope_cells)
     observe_registry(registry)
     server = grpc.aio.server(

@@ -11,8 +11,8 @@ The leg decides whether its cell may be kept at all (the outcome rules of
 §16.2 item 2: completed, waiting, or a guest failure, and nothing that casts
 doubt on the cell); :class:`ScopeCells` enforces the rest: the cell's leg
 count (``CELLBLOCK_CELL_MAX_LEGS``), its age (``CELLBLOCK_CELL_MAX_AGE_S``),
-its idle time (``CELLBLOCK_CELL_IDLE_S``), the end of its scope, and the
-service's stop. Every cell it does not keep goes to the reaper.
+its idle time (``CELLBLOCK_CELL_IDLE_S``), the end of its scope, the service's
+stop, and a bound on idle cells over all scopes (``CELLBLOCK_MAX_CONCURRENT_LEGS``). Every cell it does not keep goes to the reaper.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class ScopeCell:
         started_at: ``time.monotonic()`` of the cell's first leg.
         legs: Legs it has served.
         epoch: The scope's end count when its current leg began (see :meth:`ScopeCells.keep`).
+        idle_since: ``time.monotonic()`` when it was last kept.
         exited: The cell's exit code once it ends: one waiter for all its legs.
     """
 
@@ -62,6 +63,7 @@ class ScopeCell:
     started_at: float = field(default_factory=time.monotonic)
     legs: int = 0
     epoch: int = 0
+    idle_since: float = 0.0
     exited: asyncio.Future[int] = field(init=False)
     _idle_timer: asyncio.TimerHandle | None = None
 
@@ -77,13 +79,16 @@ class ScopeCells:
         max_legs: Legs a cell serves at most (``CELLBLOCK_CELL_MAX_LEGS``).
         max_age_s: Seconds a cell serves at most, from its first leg (``CELLBLOCK_CELL_MAX_AGE_S``).
         idle_s: Seconds a cell waits for its scope's next leg (``CELLBLOCK_CELL_IDLE_S``).
+        max_kept: Idle cells kept at most, over all scopes (``CELLBLOCK_MAX_CONCURRENT_LEGS``):
+            keeping one more destroys the one idle longest.
 
     Attributes:
         reused: Legs served by a kept cell (each one a container start saved).
     """
 
-    def __init__(self, reaper: CellReaper, *, max_legs: int, max_age_s: float, idle_s: float) -> None:
+    def __init__(self, reaper: CellReaper, *, max_legs: int, max_age_s: float, idle_s: float, max_kept: int) -> None:
         self._reaper = reaper
+        self.max_kept = max_kept
         self.max_legs = max_legs
         self.max_age_s = max_age_s
         self.idle_s = idle_s
@@ -147,6 +152,10 @@ class ScopeCells:
             self._destroy(kept, reason)
             return False
         kept.bridge.recycle()
+        kept.idle_since = time.monotonic()
+        idle = [c for cells in self._idle.values() for c in cells]
+        for oldest in sorted(idle, key=lambda c: c.idle_since)[: max(0, len(idle) + 1 - self.max_kept)]:
+            self._expire(oldest, "max_kept")
         self._idle.setdefault(kept.scope, []).append(kept)
         kept._idle_timer = asyncio.get_running_loop().call_later(self.idle_s, self._expire, kept)
         return True
@@ -177,13 +186,14 @@ class ScopeCells:
                 self._cancel_idle(kept)
                 self._destroy(kept, "stopping")
 
-    def _expire(self, kept: ScopeCell) -> None:
+    def _expire(self, kept: ScopeCell, reason: str = "idle") -> None:
         cells = self._idle.get(kept.scope, [])
         if kept in cells:
             cells.remove(kept)
             if not cells:
                 self._idle.pop(kept.scope, None)
-            self._destroy(kept, "idle")
+            self._cancel_idle(kept)
+            self._destroy(kept, reason)
 
     @staticmethod
     def _cancel_idle(kept: ScopeCell) -> None:
