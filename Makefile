@@ -166,9 +166,9 @@ test-fast: pydeps client-deps ## Everything that needs no Docker or Kubernetes: 
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -n 2 -m "not docker and not k8s"
 
 .PHONY: test-long
-test-long: setup ## Long soaks: 50 crash-consistency rounds per store, 40 concurrent-wait races (after make test)
-	CELLBLOCK_TEST_LONG=1 TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -s -o timeout=3600 \
-	  tests/integration/test_crash_consistency.py tests/integration/test_fleet.py
+test-long: setup ## Long soaks: 50 crash-consistency rounds per store, 40 concurrent-wait races, the bridge fuzzer with at least 10,000 generated messages (after make test)
+	CELLBLOCK_TEST_LONG=1 CELLBLOCK_FUZZ_EXAMPLES=60 TESTCONTAINERS_RYUK_DISABLED=true PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m pytest -q -s -o timeout=3600 \
+	  tests/integration/test_crash_consistency.py tests/integration/test_fleet.py tests/integration/test_bridge_fuzz.py
 
 .PHONY: demo
 demo: setup ## Start the service on Docker, register examples/, run the example programs, stop
@@ -179,7 +179,7 @@ serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variable
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Latency, nested calls, resumes, cold start, 16-client throughput, run store (memory:/SQLite/PostgreSQL) beside their baselines; tables + build/bench/ CSV and PNG
+bench: setup ## Latency, nested calls, resumes, cold start, 16-client throughput, run store (memory:/SQLite/PostgreSQL), noisy neighbour beside their baselines; tables + build/bench/ CSV and PNG
 	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench
 
 # ------------------------------------------------------------------ housekeeping

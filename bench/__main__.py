@@ -25,7 +25,7 @@ def main() -> None:
     """Runs every section, writes the files, prints where."""
     # The run-store section's end-to-end rows (three stores) within the 5-minute budget.
     os.environ.setdefault("BENCH_STORE_ROUNDS", "15")
-    from bench import catalog_search, exec_latency, run_store
+    from bench import catalog_search, exec_latency, noisy_neighbour, run_store
     from bench._report import OUT_DIR, Report
 
     _quiet()
@@ -37,6 +37,8 @@ def main() -> None:
     catalog_search.main()
     print("\n## Run store (memory:, SQLite, PostgreSQL)", flush=True)
     asyncio.run(run_store.main())
+    print("\n## Noisy neighbours (issue 11)", flush=True)
+    asyncio.run(noisy_neighbour.main())
     print(f"\nwrote {OUT_DIR}/samples.csv, summary.csv, report.txt, latency.png ({time.perf_counter() - started:.0f} s in all)")
 
 

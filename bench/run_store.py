@@ -36,6 +36,7 @@ from cellblock.server.api._catalogs import ScopeCatalog
 from cellblock.server.app import ServerSettings, start_service
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.runs import OutputBudget, Run, RunRegistry
+from cellblock.server.runs._protocol import BridgeMethod, ResolvedCall
 from cellblock.server.runs._state import PendingRequest
 from cellblock.server.store import make_run_store
 
@@ -74,7 +75,8 @@ def _run(n: int, view: Any) -> Run:
         run_id=f"run_{n:032x}", session_id="bench", agent_run_id="bench", tool_call_id=f"t{n}", turn_id="", replay_id="replay_x",
         limits=config.limits, restart_safe=False, view=view, budget=OutputBudget(config.max_output_bytes),
     )
-    run.pending["bridge:callValue:1"] = PendingRequest("bridge:callValue:1", "callValue", ["host:core:tool_1", {"q": "x"}], nested_call_id="n1", entry={"entry": view.entry("host:core:tool_1"), "input": {"q": "x"}, "replaySafe": False}, dispatched=True)
+    call = ResolvedCall(entry=view.entry("host:core:tool_1"), input={"q": "x"}, replay_safe=False, label="host:core:tool_1")
+    run.pending["bridge:callValue:1"] = PendingRequest("bridge:callValue:1", BridgeMethod.CALL_VALUE, ["host:core:tool_1", {"q": "x"}], nested_call_id="n1", call=call, dispatched=True)
     return run
 
 

@@ -20,7 +20,7 @@ import pytest_asyncio
 from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import DockerExecutor
-from tests.support.cells import IMAGE, OCI_RUNTIME
+from tests.support.cells import IMAGE, OCI_RUNTIME, cell_dirs
 from tests.support.service_process import remove_cells_of
 
 
@@ -58,7 +58,7 @@ async def service(docker_client: docker.DockerClient, socket_dir: str) -> AsyncI
     assert isinstance(executor, DockerExecutor)
     left = executor.list_cell_containers()
     assert left == [], f"cell containers left behind: {left}"
-    assert os.listdir(socket_dir) == [], f"bridge directories left behind: {os.listdir(socket_dir)}"
+    assert cell_dirs(socket_dir) == [], f"bridge directories left behind: {cell_dirs(socket_dir)}"
     shutil.rmtree(state_dir, ignore_errors=True)
 
 

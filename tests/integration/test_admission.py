@@ -10,13 +10,14 @@ import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, ResourceExhaustedError, Scope, Tool
 from cellblock.server.app import ServerSettings, start_service
+from tests.support.cells import state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
 async def test_legs_beyond_the_bound_get_resource_exhausted_and_no_run(docker_client: Any) -> None:
     with tempfile.TemporaryDirectory() as sockets:
-        service = await start_service(ServerSettings(address="127.0.0.1:0", code_mode={"enabled": True}, socket_dir=sockets, max_concurrent_legs=2))
+        service = await start_service(ServerSettings(address="127.0.0.1:0", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets), max_concurrent_legs=2))
         try:
             async with await CellblockClient.connect(service.address) as client:
                 scope = Scope("admission", "admission")

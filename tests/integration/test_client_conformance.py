@@ -29,6 +29,7 @@ import pytest
 import pytest_asyncio
 
 from cellblock.server.app import ServerSettings, Service, start_service
+from tests.support.cells import state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -247,7 +248,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltClients]:
 async def conformance_service(docker_client: docker.DockerClient) -> Any:
     with tempfile.TemporaryDirectory(prefix="cellblock-conformance-cells-") as sockets:
         settings = ServerSettings(
-            address="127.0.0.1:0", executor="docker", image=IMAGE, socket_dir=sockets,
+            address="127.0.0.1:0", executor="docker", image=IMAGE, socket_dir=sockets, state_dir=state_dir_in(sockets),
             code_mode={"enabled": True, "timeoutMs": 8000}, max_concurrent_legs=1,
         )
         service: Service = await start_service(settings)

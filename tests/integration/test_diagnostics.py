@@ -46,7 +46,9 @@ async def test_rejections_start_no_cell_and_answer_fast(client: CellblockClient,
     assert (result.status, result.code, result.failure_phase, result.bridge_dispatch_started) == ("failed", "invalid_input", "input", False), result.raw_json
     assert message in result.error
     assert service.executor.cells_started == before, "a rejected source must not start a cell"
-    assert elapsed_ms < 50, f"{elapsed_ms:.1f} ms for a rejection (includes the gRPC round trip)"
+    # Source preparation runs in a worker process (issue 11); on a loaded 2-core machine its round
+    # trip alone can pass 50 ms. The bound catches a cell start (seconds) or a hang, not jitter.
+    assert elapsed_ms < 1000, f"{elapsed_ms:.1f} ms for a rejection (includes the gRPC round trip)"
 
 
 async def test_typescript_runs_type_stripped_with_user_positions(client: CellblockClient, scope: Scope) -> None:

@@ -22,6 +22,7 @@ from cellblock.client import CellblockClient, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import Cell, CellSpec, DockerExecutor, Executor
 from cellblock.server.cells._docker import DockerExecutorConfig
+from tests.support.cells import state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -92,7 +93,7 @@ async def switching_service(rebuilt_image: tuple[str, str]) -> AsyncIterator[tup
     _, tag = rebuilt_image
     executor = ImageSwitchExecutor(DockerExecutor(DockerExecutorConfig(image=IMAGE)), DockerExecutor(DockerExecutorConfig(image=tag)))
     with tempfile.TemporaryDirectory(prefix="cellblock-test-rebuilt-") as socket_dir:
-        settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True}, socket_dir=socket_dir, warm_pool=0)
+        settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True}, socket_dir=socket_dir, state_dir=state_dir_in(socket_dir), warm_pool=0)
         svc = await start_service(settings, executor=executor)
         try:
             yield svc, executor

@@ -140,7 +140,8 @@ async def test_busy_loop_times_out_and_next_exec_works(client: CellblockClient, 
     assert result.status == "failed"
     assert result.code == "timeout"
     assert result.error == "timeout exceeded: the program was still running when its 1500 ms budget ran out."
-    assert elapsed < 1.5 + 3.0, f"took {elapsed:.1f}s"  # within timeoutMs + 3 s, cell start included
+    # timeoutMs starts when the cell has the program (SPEC §10.2 item 3); getting the cell is bounded apart.
+    assert elapsed < 1.5 + 3.0 + 10.0, f"took {elapsed:.1f}s"  # timeoutMs + 3 s + the cell wait bound
     again = await client.exec(scope, tool_call_id="c7", code="return 6 * 7", handlers={})
     assert again.status == "completed" and again.value == 42
 

@@ -43,7 +43,8 @@ def fleet_store(pg_cluster: Cluster) -> str:
 async def fleet(fleet_store: str, process_sockets: str) -> AsyncIterator[tuple[ServiceProcess, ServiceProcess, CellblockClient, CellblockClient]]:
     env = {"CELLBLOCK_MAX_SUSPENDED_RUNS": "3", "CELLBLOCK_STORE_LEASE_S": "3"}
     a = ServiceProcess(fleet_store, process_sockets, env=env).start()
-    b = ServiceProcess(fleet_store, process_sockets, env=env).start()
+    # Replicas share the store, never a socket or state directory (each is locked, SPEC §16.2 item 5).
+    b = ServiceProcess(fleet_store, os.path.join(process_sockets, "replica-b"), env=env).start()
     try:
         async with await CellblockClient.connect(a.address, channel_options=FAST_RECONNECT) as ca, await CellblockClient.connect(b.address) as cb:
             yield a, b, ca, cb

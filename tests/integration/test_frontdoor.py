@@ -28,6 +28,7 @@ from cellblock.client import CellblockClient, Scope
 from cellblock.frontdoor import FrontDoor, stdio_session
 from cellblock.server.app import ServerSettings, start_service
 from cellblock.server.mcp import parse_mcp_servers
+from tests.support.cells import state_dir_in
 from tests.support.frontdoor import (
     CANCELLED_EXEC,
     CANCELLED_EXEC_WOULD_FINISH_S,
@@ -241,7 +242,7 @@ async def test_connect_fronts_a_running_service_with_its_hosted_servers(tmp_path
     """``--connect``: the front door starts no service; the remote one's hosted MCP servers are the catalog."""
     door = FrontDoorEnv.make(tmp_path)
     servers = parse_mcp_servers(door.env["CELLBLOCK_MCP_SERVERS"])
-    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True}, socket_dir=str(door.socket_dir), mcp_servers=servers, warm_pool=0)
+    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True}, socket_dir=str(door.socket_dir), state_dir=state_dir_in(str(door.socket_dir)), mcp_servers=servers, warm_pool=0)
     service = await start_service(settings)
     try:
         async with await CellblockClient.connect(service.address) as grpc_client:
@@ -290,7 +291,7 @@ async def test_refusals_name_their_reason(tmp_path: Path) -> None:
     assert proc.returncode == 1 and b"CELLBLOCK_MCP_SERVERS names no MCP server" in stderr
 
     servers = parse_mcp_servers(door.env["CELLBLOCK_MCP_SERVERS"])
-    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": "auto"}, socket_dir=str(door.socket_dir), mcp_servers=servers, warm_pool=0)
+    settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": "auto"}, socket_dir=str(door.socket_dir), state_dir=state_dir_in(str(door.socket_dir)), mcp_servers=servers, warm_pool=0)
     service = await start_service(settings)
     try:
         async with await CellblockClient.connect(service.address) as cellblock:

@@ -22,6 +22,7 @@ import pytest_asyncio
 
 from cellblock.client import CellblockClient, Scope, Tool, UnavailableError
 from cellblock.server.app import ServerSettings, Service, keepalive_options, start_service
+from tests.support.cells import state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -43,7 +44,7 @@ async def keepalive_service(request: pytest.FixtureRequest, docker_client: Any) 
             executor="docker",
             image=IMAGE,
             code_mode={"enabled": True, "timeoutMs": 20000},
-            socket_dir=socket_dir,
+            socket_dir=socket_dir, state_dir=state_dir_in(socket_dir),
             warm_pool=0,
             keepalive_min_ping_interval_ms=request.param,
         )

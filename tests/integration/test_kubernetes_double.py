@@ -28,6 +28,7 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import BridgeTls, CellSpec, CellStartError, KubernetesExecutor, KubernetesExecutorConfig, Owner
 from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S
+from tests.support.cells import state_dir_in
 from tests.support.k8s_double import KubernetesApiDouble
 from tests.support.k8s_policy import restricted_violations
 
@@ -50,7 +51,7 @@ def _executor(double: KubernetesApiDouble, **kw: Any) -> KubernetesExecutor:
 async def _service(double: KubernetesApiDouble, warm_pool: int, **kw: Any) -> tuple[Service, KubernetesExecutor]:
     executor = _executor(double, **kw)
     socket_dir = tempfile.mkdtemp(prefix="cellblock-k8s-test-")
-    settings = ServerSettings(address="127.0.0.1:0", executor="kubernetes", warm_pool=warm_pool, code_mode={"enabled": True, "timeoutMs": 8000}, socket_dir=socket_dir)
+    settings = ServerSettings(address="127.0.0.1:0", executor="kubernetes", warm_pool=warm_pool, code_mode={"enabled": True, "timeoutMs": 8000}, socket_dir=socket_dir, state_dir=state_dir_in(socket_dir))
     return await start_service(settings, executor=executor), executor
 
 

@@ -34,6 +34,7 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import DockerExecutor
 from cellblock.server.mcp import parse_mcp_servers
+from tests.support.cells import cell_dirs, state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -96,7 +97,7 @@ async def mcp_service(everything_url: str, memory_dir: str) -> AsyncIterator[Ser
         )
     )
     with tempfile.TemporaryDirectory(prefix="cellblock-mcp-cells-") as sockets:
-        settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True, "timeoutMs": 15000}, socket_dir=sockets, mcp_servers=servers)
+        settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=IMAGE, code_mode={"enabled": True, "timeoutMs": 15000}, socket_dir=sockets, state_dir=state_dir_in(sockets), mcp_servers=servers)
         svc = await start_service(settings)
         try:
             assert svc.state.mcp_hub is not None and svc.state.mcp_hub.server_names == ["everything", "memory", "time"]
@@ -107,7 +108,7 @@ async def mcp_service(everything_url: str, memory_dir: str) -> AsyncIterator[Ser
             executor = svc.executor
             assert isinstance(executor, DockerExecutor)
             assert executor.list_cell_containers() == []
-            assert os.listdir(sockets) == []
+            assert cell_dirs(sockets) == []
 
 
 @pytest_asyncio.fixture(loop_scope="session")

@@ -27,6 +27,7 @@ from cellblock.server.cells import CellBridge, ProcessExecutor
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
 from cellblock.v1 import common_pb2
+from tests.support.cells import cell_dirs, state_dir_in
 
 # Substitute guests through the process executor: no Docker needed.
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.process]
@@ -37,10 +38,10 @@ SUPPORT = str(Path(__file__).resolve().parents[1] / "support")
 async def hanging_service() -> AsyncIterator[Service]:
     with tempfile.TemporaryDirectory() as sockets:
         executor = ProcessExecutor(module="hanging_guest", extra_path=(SUPPORT,))
-        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets), executor=executor)
+        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets)), executor=executor)
         yield svc
         await svc.stop()
-        assert os.listdir(sockets) == []
+        assert cell_dirs(sockets) == []
 
 
 async def test_host_watchdog_kills_a_cell_that_ignores_its_deadline(hanging_service: Service) -> None:
@@ -107,14 +108,13 @@ async def test_bridge_refuses_a_first_message_that_is_not_hello() -> None:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def silent_service(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Service]:
-    # The attach timeout is 30 s in service; 1 s here, so the test is quick.
-    monkeypatch.setattr("cellblock.server.runs._leg.ATTACH_TIMEOUT_S", 1.0)
+    # The attach is bounded by the cell wait ([R21]); 1 s here, so the test is quick.
     with tempfile.TemporaryDirectory() as sockets:
         executor = ProcessExecutor(module="silent_guest", extra_path=(SUPPORT,))
-        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets), executor=executor)
+        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets), cell_wait_ms=1000), executor=executor)
         yield svc
         await svc.stop()
-        assert os.listdir(sockets) == []
+        assert cell_dirs(sockets) == []
 
 
 async def test_attach_timeout_holds_while_runtime_events_wait_for_the_cell(silent_service: Service) -> None:
@@ -143,5 +143,5 @@ async def test_attach_timeout_holds_while_runtime_events_wait_for_the_cell(silen
         got = await asyncio.wait_for(result(), timeout=15)
         elapsed = time.monotonic() - started
     assert got.code == cpb.ERROR_CODE_RUNTIME_UNAVAILABLE, got
-    assert "did not attach to its bridge in time" in got.result_json
+    assert "no cell was ready within 1000 ms" in got.result_json
     assert elapsed < 6, f"ended after {elapsed:.1f}s"

@@ -9,6 +9,7 @@ the leg, ``_guest_failure``) is the real one.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -86,3 +87,26 @@ async def test_scripted_guest_failures(scripted_client: CellblockClient, script:
     result = await scripted_client.exec(scope, tool_call_id="s", code=f"// SCRIPT:{script}\nreturn 1;", handlers={})
     assert (result.status, result.code, result.failure_phase, result.error) == ("failed", expected_code, phase, error), result.raw_json
     assert (await scripted_client.list_runs(scope)).runs == [], "a failed run is removed"
+
+
+@pytest.mark.parametrize(
+    ("script", "bridge_id", "error"),
+    [
+        # A protocol violation is rejected back to the guest at once, not left to the watchdog (SPEC §14.5).
+        ("forge:PROTOCOL", "bridge:call:x", msg.p02("bridge:call:x")),
+        # The host counts pending nested calls too: a guest past its own count gets [B24] (SPEC §9).
+        ("forge:PENDING", "bridge:callValue:2", msg.b24(1)),
+    ],
+)
+async def test_forged_requests_are_answered_by_the_host(scripted_client: CellblockClient, script: str, bridge_id: str, error: str) -> None:
+    scope = Scope(session_id="proc-forged", agent_run_id=script)
+    await scripted_client.put_catalog(scope, [{"source": "client", "owner": "app", "name": "noop"}])
+
+    async def never(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+        await asyncio.sleep(3600)
+
+    result = await scripted_client.exec(
+        scope, tool_call_id="forged", code=f"// SCRIPT:{script}\nreturn 1;", handlers={"noop": never}, limits=LimitOverrides(max_pending_tool_calls=1)
+    )
+    assert (result.status, result.value) == ("completed", {"bridgeId": bridge_id, "error": error}), result.raw_json
+    assert (await scripted_client.list_runs(scope)).runs == [], "a completed run is removed"

@@ -28,3 +28,21 @@ def leg_cells(service: Service) -> list[str]:
     idle = service.pool.idle_container_names() if service.pool is not None else set()
     idle |= {f"cellblock-{cell_id}" for cell_id in executor.reaper.retiring}
     return [name for name in executor.list_cell_containers() if name not in idle]
+
+
+def cell_dirs(socket_dir: str) -> list[str]:
+    """The per-cell bridge directories (``cell-*``) under a socket directory.
+
+    The directory also holds the instance's lock file (and, with :func:`state_dir_in`, its
+    state directory), which stay.
+    """
+    return sorted(name for name in os.listdir(socket_dir) if name.startswith("cell-"))
+
+
+def state_dir_in(socket_dir: str) -> str:
+    """A test service's own state directory (``CELLBLOCK_STATE_DIR``), inside its socket directory.
+
+    Each live instance locks its state directory (SPEC §16.2 item 5), so services a test starts
+    beside the session's own each need one; inside the socket directory it goes away with it.
+    """
+    return os.path.join(socket_dir, "state")

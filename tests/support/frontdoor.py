@@ -22,6 +22,8 @@ from typing import Any
 
 import docker
 
+from tests.support.cells import cell_dirs, state_dir_in
+
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY = ROOT / "node_modules/@modelcontextprotocol/server-memory/dist/index.js"
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
@@ -117,6 +119,7 @@ class FrontDoorEnv:
             "CELLBLOCK_IMAGE": IMAGE,
             "CELLBLOCK_MCP_SERVERS": json.dumps(servers),
             "CELLBLOCK_SOCKET_DIR": str(socket_dir),
+            "CELLBLOCK_STATE_DIR": state_dir_in(str(socket_dir)),
             "CELLBLOCK_CODE_MODE": json.dumps({"timeoutMs": 15000}),
             "CELLBLOCK_WARM_POOL": "1",
         }
@@ -173,7 +176,8 @@ class FrontDoorEnv:
         finally:
             client.close()
         assert left == [], f"cell containers left behind: {left}"
-        assert list(self.socket_dir.iterdir()) == [], f"bridge directories left behind: {list(self.socket_dir.iterdir())}"
+        # The instance's lock file and state directory (its stable instance id) stay; no bridge directory may.
+        assert cell_dirs(str(self.socket_dir)) == [], f"bridge directories left behind: {cell_dirs(str(self.socket_dir))}"
 
 
 # ---------------------------------------------------------------------------

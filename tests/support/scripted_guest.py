@@ -13,6 +13,11 @@ Scripts (one per program, in a comment such as ``// SCRIPT:fail:ENGINE_TRAP``):
 * ``fail:<KIND>``: end the leg with ``Failed(kind=FAILURE_KIND_<KIND>)``; the message is a JSON
   string literal for the kinds that carry guest text.
 * ``garbage``: send a message the host does not accept after ``Start`` (a second ``hello``).
+* ``forge:PROTOCOL``: send a request with a malformed bridge id (P02) and return the host's answer.
+* ``forge:PENDING``: send two ``callValue`` requests at once, past ``maxPendingToolCalls: 1`` (a guest
+  that skipped its own count), and return the host's answer to the second (B24).
+
+A forged leg completes with ``{"bridgeId": ..., "error": ...}``: the first ``Settle`` the host sent.
 """
 
 import asyncio
@@ -27,6 +32,13 @@ from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 
 _SCRIPT = re.compile(r"SCRIPT:([a-z]+)(?::([A-Z_0-9]+))?")
 _GUEST_TEXT = {"GUEST_ERROR", "BRIDGE_REJECTION", "SYNTAX", "MEMORY"}
+
+
+def _forged(kind: str) -> list[pb.GuestRequest]:
+    if kind == "PROTOCOL":
+        return [pb.GuestRequest(bridge_id="bridge:call:x", method="call", args_json="[]")]
+    args = json.dumps(["client:app:noop", {}])
+    return [pb.GuestRequest(bridge_id=f"bridge:callValue:{n}", method="callValue", args_json=args) for n in (1, 2)]
 
 
 def _failed(kind: str) -> pb.AttachRequest:
@@ -55,6 +67,15 @@ async def main() -> None:
             await queue.put(_failed(arg or "GUEST_ERROR"))
         elif action == "garbage":
             await queue.put(pb.AttachRequest(hello=pb.Hello(cell_token="again")))
+        elif action == "forge":
+            for request in _forged(arg or "PROTOCOL"):
+                await queue.put(pb.AttachRequest(request=request))
+            while True:
+                reply = await call.read()
+                if reply.WhichOneof("message") == "settle":
+                    break
+            value = {"bridgeId": reply.settle.bridge_id, "error": reply.settle.error.message}
+            await queue.put(pb.AttachRequest(end=pb.LegEnd(completed=pb.Completed(value_json=json.dumps(value)))))
         # Stay attached until the host ends the leg and removes the cell.
         await asyncio.sleep(3600)
 

@@ -21,7 +21,8 @@ import docker
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
+from tests.support.cells import IMAGE, state_dir_in
+
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -46,6 +47,9 @@ class ServiceProcess:
     def __init__(self, store: str, socket_dir: str, port: int | None = None, code_mode: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> None:
         self.store = store
         self.socket_dir = socket_dir
+        # The instance's own state directory (its instance id): a restart on the same socket
+        # directory is the same instance; replicas need their own socket directories.
+        self.state_dir = state_dir_in(socket_dir)
         self.port = port or free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.code_mode = code_mode or {"enabled": True, "timeoutMs": 8000}
@@ -61,6 +65,7 @@ class ServiceProcess:
             CELLBLOCK_ADDRESS=self.address,
             CELLBLOCK_STORE=self.store,
             CELLBLOCK_SOCKET_DIR=self.socket_dir,
+            CELLBLOCK_STATE_DIR=self.state_dir,
             CELLBLOCK_IMAGE=IMAGE,
             CELLBLOCK_EXECUTOR="docker",
             CELLBLOCK_WARM_POOL="0",

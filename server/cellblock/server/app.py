@@ -11,10 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +21,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from cellblock.server.api import Admission, CatalogService, CodeModeService, RunService, ServiceState
+from cellblock.server.api import Admission, CatalogService, CodeModeService, FailureInterceptor, RunService, ServiceState
 from cellblock.server.cells import (
     MAX_IDLE_LIMIT_S,
     REUSE_MODES,
@@ -35,14 +33,18 @@ from cellblock.server.cells import (
     ProcessExecutor,
     ScopeCells,
     WarmPool,
+    instance_id,
+    lock_directories,
+    recover_orphans,
 )
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.limits import MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.store import DEFAULT_LEASE_SECONDS, RunStore, StoreUnavailableError, default_state_dir, default_store_url, describe_store, make_run_store
 from cellblock.server.telemetry import observe_registry, server_interceptors
+from cellblock.server.workers import cpu_pool
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
 
 log = structlog.get_logger("cellblock.server")
@@ -84,8 +86,15 @@ class ServerSettings:
             calls) work through long, quiet legs. A client that pings more
             often gets :data:`KEEPALIVE_MAX_PING_STRIKES` strikes, then
             ``GOAWAY`` (``UNAVAILABLE: Too many pings``). See :func:`keepalive_options`.
-        state_dir: Directory of the service's durable state (``CELLBLOCK_STATE_DIR``,
+        cell_wait_ms: Longest wait for a cell (start and attach) before a leg fails
+            with ``runtime_unavailable`` [R21] "the service is busy"
+            (``CELLBLOCK_CELL_WAIT_MS``, 100 … 300000). Not part of the program's
+            ``timeoutMs``, which starts when the cell has the program.
+        state_dir: The instance's own directory of durable state: its stable
+            instance id and, by default, its run store (``CELLBLOCK_STATE_DIR``,
             default ``$XDG_STATE_HOME/cellblock``, else ``~/.local/state/cellblock``).
+            Two instances on one machine need different state and socket
+            directories (each is locked while the instance lives).
         store: The run store (``CELLBLOCK_STORE``): ``sqlite:///<path>``,
             ``postgresql://…`` or ``memory:``; empty means
             ``sqlite:///<state_dir>/runs.sqlite3`` (SPEC §16.1 item 1).
@@ -114,6 +123,7 @@ class ServerSettings:
     metrics: str = "none"
     mcp_servers: tuple[McpServerConfig, ...] = ()
     keepalive_min_ping_interval_ms: int = 5000
+    cell_wait_ms: int = DEFAULT_CELL_WAIT_MS
     state_dir: str = field(default_factory=default_state_dir)
     store: str = ""
     max_suspended_runs: int = SUSPENDED_RUN_CAP
@@ -148,6 +158,7 @@ class ServerSettings:
             metrics=env.get("CELLBLOCK_METRICS", base.metrics),
             mcp_servers=parse_mcp_servers(env.get("CELLBLOCK_MCP_SERVERS", "")),
             keepalive_min_ping_interval_ms=int(env.get("CELLBLOCK_KEEPALIVE_MIN_PING_INTERVAL_MS", base.keepalive_min_ping_interval_ms)),
+            cell_wait_ms=min(300_000, max(100, int(env.get("CELLBLOCK_CELL_WAIT_MS", base.cell_wait_ms)))),
             state_dir=env.get("CELLBLOCK_STATE_DIR") or default_state_dir(env),
             store=env.get("CELLBLOCK_STORE", ""),
             max_suspended_runs=_bounded(env.get("CELLBLOCK_MAX_SUSPENDED_RUNS"), SUSPENDED_RUN_CAP, 1, 1_000_000, "CELLBLOCK_MAX_SUSPENDED_RUNS"),
@@ -198,7 +209,7 @@ def make_executor(settings: ServerSettings, env: dict[str, str] | None = None) -
         ValueError: The executor name is unknown, or its settings are invalid.
     """
     if settings.executor == "docker":
-        return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime))
+        return DockerExecutor(DockerExecutorConfig(image=settings.image, runtime=settings.oci_runtime), instance_id=instance_id(settings.state_dir))
     if settings.executor == "kubernetes":
         env = dict(os.environ if env is None else env)
         return KubernetesExecutor(KubernetesExecutorConfig.from_env(env, image=settings.image, runtime_class=env.get("CELLBLOCK_K8S_RUNTIME_CLASS") or None))
@@ -229,6 +240,7 @@ class Service:
     sweeper: asyncio.Task[None] | None = None
     pool: WarmPool | None = None
     store: RunStore | None = None
+    locks: list[int] = field(default_factory=list)
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stops accepting RPCs, aborts running legs (removing their cells), ends the server and shuts hosted MCP sessions down."""
@@ -250,6 +262,9 @@ class Service:
             await self.state.mcp_hub.close()
         if self.store is not None:
             await self.store.close()
+        for fd in self.locks:
+            os.close(fd)
+        self.locks.clear()
 
 
 #: Pings inside the permitted interval tolerated before the server sends GOAWAY.
@@ -291,9 +306,16 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     """
     settings.checked()
     config = CodeModeConfig.from_json(settings.code_mode)
-    store = make_run_store(settings.store_url, settings.max_suspended_runs)
-    await store.open()
+    locks = lock_directories(settings.socket_dir, settings.state_dir)
+    try:
+        store = make_run_store(settings.store_url, settings.max_suspended_runs)
+        await store.open()
+    except BaseException:
+        for fd in locks:
+            os.close(fd)
+        raise
     executor = executor or make_executor(settings)
+    await recover_orphans(settings.socket_dir, executor)
     state = ServiceState(config=config, admission=Admission(settings.max_concurrent_legs))
     registry = RunRegistry(store, restore_view=state.restore_view, lease_seconds=settings.lease_seconds)
     state.registry = registry
@@ -303,18 +325,22 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
         await state.mcp_hub.start()
     # The pool holds cells sized for the configured memory limit; only the
     # docker executor pools (the process executor is for development).
-    pool = WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes, max_size=settings.max_concurrent_legs) if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0 else None
+    pool = (
+        WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes, max_size=settings.max_concurrent_legs)
+        if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0
+        else None
+    )
     if settings.cell_reuse == "scope":
         state.scope_cells = ScopeCells(executor.reaper, max_legs=settings.cell_max_legs, max_age_s=settings.cell_max_age_s, idle_s=settings.cell_idle_s, max_kept=settings.max_concurrent_legs)
-    runner = Runner(config, executor, registry, settings.socket_dir, pool, state.scope_cells)
+    runner = Runner(config, executor, registry, settings.socket_dir, pool, cell_wait_ms=settings.cell_wait_ms, scope_cells=state.scope_cells)
     observe_registry(registry)
     server = grpc.aio.server(
-        interceptors=server_interceptors(),
+        interceptors=[*server_interceptors(), FailureInterceptor()],
         options=[
             ("grpc.max_receive_message_length", MAX_API_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_API_MESSAGE_BYTES),
             *keepalive_options(settings.keepalive_min_ping_interval_ms),
-        ]
+        ],
     )
     catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(state, registry), server)
     code_mode_service_pb2_grpc.add_CodeModeServiceServicer_to_server(CodeModeService(state, runner), server)
@@ -335,35 +361,14 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     for name in [*names, ""]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     log.info("server.started", address=address, executor=executor.name, store=describe_store(settings.store_url), suspended_runs=registry.counts[1])
-    _remove_stale_socket_dirs(settings.socket_dir)
     service = Service(server, address, executor, registry, state, health_servicer)
     service.pool = pool
     service.store = store
+    service.locks = locks
     if pool is not None:
         pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
     return service
-
-
-#: Socket directories older than this belong to cells of a service that died
-#: (a live cell lives at most a leg, about a minute; a pooled one 90 s).
-STALE_SOCKET_DIR_S = 600.0
-
-
-def _remove_stale_socket_dirs(base: str) -> None:
-    """Removes ``cell-*`` socket directories left by a service that was killed."""
-    now = time.time()
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return
-    for name in names:
-        path = os.path.join(base, name)
-        try:
-            if name.startswith("cell-") and now - os.stat(path).st_mtime > STALE_SOCKET_DIR_S:
-                shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            continue
 
 
 #: Seconds between sweeps of expired suspended runs (they are also swept at
@@ -407,6 +412,7 @@ async def serve(settings: ServerSettings | None = None) -> None:
     await stop.wait()
     log.info("server.stopping")
     await service.stop()
+    cpu_pool().close()  # its manager threads would otherwise keep the process alive
     telemetry.shutdown()
 
 

@@ -149,3 +149,38 @@ MAX_TOOLS_PER_REQUEST = 10_000
 
 MAX_SCOPE_ID_CHARS = 256
 """Longest scope field (session, agent run, turn id), in characters."""
+
+# --- Many tenants, one service (issue 11; SPEC §2.3, §3.1 items 4-6) -----------------------------
+
+SOURCE_BUDGET_MS = 5000
+"""Time source preparation may take in a worker process, milliseconds ([S05])."""
+
+REGISTRATION_BUDGET_MS = 30000
+"""Time one registration's schema processing may take in a worker process, milliseconds ([C01])."""
+
+CONTRACT_BUDGET_MS = 20
+"""Time one input or output contract check may take on the event loop, milliseconds."""
+
+MAX_SCHEMA_DEPTH = 128
+"""Deepest nesting of arrays and objects a registered schema may have (JSON levels)."""
+
+SMALL_JOB_CHARS = 16 * 1024
+"""Worker inputs up to this many characters use the small lane of the worker pool."""
+
+REPEAT_BURST = 20
+"""Warnings of one kind a leg writes in full before they are sampled (SPEC §13 item 8)."""
+
+REPEAT_SAMPLE = 1000
+"""After the burst, one warning of a kind in this many is written, with its count."""
+
+DEFAULT_CELL_WAIT_MS = 10_000
+"""Default bound on waiting for a cell (start and attach), ``CELLBLOCK_CELL_WAIT_MS`` ([R21])."""
+
+MAX_BRIDGE_ID_CHARS = 256
+"""Longest bridge id echoed back in a protocol rejection (real ids are ``bridge:<method>:<n>``)."""
+
+CELL_STATE_CHECK_S = 2.0
+"""Seconds the engine may take to report a cell's state (running, paused, OOMKilled)."""
+
+POOL_CLOSE_S = 30.0
+"""Seconds the warm pool waits at shutdown for cells still starting."""

@@ -22,6 +22,8 @@ import sys
 import structlog
 from opentelemetry import trace
 
+from cellblock.server.limits import REPEAT_BURST, REPEAT_SAMPLE
+
 #: Frames kept of a guest error's stack (SPEC §13 item 6 "stack head").
 STACK_HEAD_FRAMES = 3
 
@@ -54,10 +56,64 @@ def error_head(text: str) -> dict[str, str]:
     return {"error_class": name, "error": message[:200], "stack_head": "\n".join(frames[:STACK_HEAD_FRAMES])}
 
 
+#: Runs whose counts are kept at once (the counts of a run end with its ``rpc.completed``).
+_REPEAT_RUNS_MAX = 10_000
+#: Records that end a leg and carry its suppressed count.
+_LEG_END_EVENTS = frozenset({"rpc.completed", "rpc.cancelled"})
+
+
+class RepeatLimiter:
+    """structlog processor: rate-limits repeated warnings per leg, with a count.
+
+    Records are keyed by ``(run_id, event)``; a record without a ``run_id`` passes. The
+    first :data:`REPEAT_BURST` of a key pass, then one in :data:`REPEAT_SAMPLE` passes
+    with ``repeated`` (how many records of that key so far); the leg's last line
+    (``rpc.completed``) gets ``repeats_suppressed`` (the total dropped) and clears the run.
+    """
+
+    def __init__(self) -> None:
+        """Starts with no counts."""
+        self._counts: dict[str, dict[str, int]] = {}
+
+    def __call__(self, _logger: object, method: str, event_dict: structlog.types.EventDict) -> structlog.types.EventDict:
+        """Passes, samples (adding ``repeated``) or drops one record.
+
+        Raises:
+            structlog.DropEvent: The record is a repeat beyond the burst, between samples.
+        """
+        run_id = event_dict.get("run_id")
+        if not isinstance(run_id, str) or not run_id:
+            return event_dict
+        event = str(event_dict.get("event", ""))
+        if event in _LEG_END_EVENTS:
+            counts = self._counts.pop(run_id, None)
+            if counts:
+                dropped = sum(max(0, n - REPEAT_BURST - (n - REPEAT_BURST) // REPEAT_SAMPLE) for n in counts.values())
+                if dropped:
+                    event_dict["repeats_suppressed"] = dropped
+            return event_dict
+        if method not in ("warning", "error", "warn"):
+            return event_dict
+        counts = self._counts.get(run_id)
+        if counts is None:
+            if len(self._counts) >= _REPEAT_RUNS_MAX:
+                self._counts.clear()
+            counts = self._counts[run_id] = {}
+        n = counts.get(event, 0) + 1
+        counts[event] = n
+        if n <= REPEAT_BURST:
+            return event_dict
+        if (n - REPEAT_BURST) % REPEAT_SAMPLE == 0:
+            event_dict["repeated"] = n
+            return event_dict
+        raise structlog.DropEvent
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """Configures structlog and routes stdlib logging (grpc, docker) through it."""
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
+        RepeatLimiter(),
         add_trace_ids,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -117,6 +117,36 @@ S04 = (
     "require(). No tools were called; use tools or the MCP namespace instead."
 )
 
+
+
+def s05(budget_ms: int) -> str:
+    """[S05]: source preparation overran its budget of ``budget_ms`` (SPEC §2.3)."""
+    return f"source preparation took longer than its {budget_ms} ms budget: the program is too large or too deeply nested to check. No tools were called; send a shorter program."
+
+
+S06 = "source preparation stopped before it finished checking this program; no tools were called. Send a shorter or simpler program."
+
+# §14.6 RPC failures (gRPC status details).
+
+A01 = "the request message could not be decoded (a string field is not valid UTF-8, or a field is malformed)."
+A02 = "internal error: the service failed while handling this request; it was logged."
+
+
+def a03(field: str, max_length: int) -> str:
+    """[A03]: the request field ``field`` is longer than the id cap ``max_length`` (``INVALID_ARGUMENT``)."""
+    return f"{field} is longer than {max_length} characters."
+
+
+# §14.6 Registration (gRPC INVALID_ARGUMENT of PutCatalog).
+
+
+def c01(budget_ms: int) -> str:
+    """[C01]: a registration's schema processing overran ``budget_ms`` (SPEC §2.3)."""
+    return f"registration refused: processing its schemas took longer than the {budget_ms} ms budget; register smaller or simpler schemas. Nothing was applied."
+
+
+C02 = "registration refused: its schemas stopped the schema checker before it finished; register smaller or simpler schemas. Nothing was applied."
+
 # §14.3 Run outcomes.
 def r01(cap: int) -> str:
     """Returns [R01] for the deployment's suspended-run cap ``cap`` (SPEC §16.1 item 5)."""
@@ -175,6 +205,20 @@ def r06(timeout_ms: int) -> str:
 
 R07 = "execution aborted by the caller; the cell was stopped and this run cannot be resumed."
 R08 = "execution aborted because the session's runs were closed; this run cannot be resumed."
+
+
+def r21(cell_wait_ms: int) -> str:
+    """[R21]: no cell was ready within the cell wait ``cell_wait_ms`` (``CELLBLOCK_CELL_WAIT_MS``)."""
+    return f"cell runtime unavailable: the service is busy and no cell was ready within {cell_wait_ms} ms; the program did not run. Try again shortly."
+
+
+R22 = "internal error: the service failed while running this leg; the run was ended and what it held was released."
+R20 = "execution aborted because this cellblock service is shutting down; the cell was stopped and this run cannot be resumed."
+
+
+def aborted(reason: str) -> str:
+    """The abort message for a cancel reason: [R08] ``scope``, [R20] ``shutdown``, else [R07]."""
+    return R08 if reason == "scope" else R20 if reason == "shutdown" else R07
 
 
 def r09(memory_limit_bytes: int) -> str:
@@ -355,6 +399,16 @@ def b19(tool_id: str) -> str:
             200 characters.
     """
     return f'Tool "{echo(tool_id)}" was cancelled before it returned.'
+
+
+def b24(max_pending_tool_calls: int) -> str:
+    """[B24]: the host's own count of pending nested calls (``maxPendingToolCalls``) refused this one."""
+    return f"too many pending tool calls (limit {max_pending_tool_calls}); the host refused this call. Await some before starting more."
+
+
+def b23(method: str) -> str:
+    """[B23]: the bridge request ``method`` nests deeper than the host serialises."""
+    return f"this {method} request is nested too deeply for the bridge; send flatter data."
 
 
 # §14.5 Bridge protocol (logged as errors; the request is rejected).

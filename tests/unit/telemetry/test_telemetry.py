@@ -43,6 +43,7 @@ from cellblock.server.telemetry._interceptors import request_ids
 from cellblock.server.telemetry._jsonfile import JsonLinesSpanExporter, span_record
 from cellblock.server.telemetry.sdk import configure_telemetry, metric_exporter, span_processor
 from cellblock.v1 import code_mode_service_pb2, code_mode_service_pb2_grpc, common_pb2, run_service_pb2
+from tests.support.cells import state_dir_in
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -78,7 +79,7 @@ class TestRequestIds:
 @pytest_asyncio.fixture(loop_scope="function")
 async def plain_service() -> AsyncIterator[Service]:
     with tempfile.TemporaryDirectory(prefix="cellblock-unit-") as sockets:
-        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets)
+        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets))
         service = await start_service(settings, executor=ProcessExecutor())
         yield service
         await service.stop(0)

@@ -7,12 +7,14 @@ from typing import Any
 
 import grpc
 
-from cellblock.server.api._catalogs import ScopeCatalog
+from cellblock.server import messages as msg
+from cellblock.server.api._catalogs import ScopeCatalog, prepare_guest_data
 from cellblock.server.api._scope import page_start, require_scope
 from cellblock.server.api._state import ServiceState
-from cellblock.server.catalog import CatalogRegistrationError, compact_json
-from cellblock.server.limits import MAX_TOOLS_PER_REQUEST
+from cellblock.server.catalog import CatalogRegistrationError, compact_json, registration_problem
+from cellblock.server.limits import MAX_SCHEMA_DEPTH, MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS
 from cellblock.server.runs import CancelReason, RunRegistry
+from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2
@@ -49,6 +51,8 @@ def tool_to_dict(index: int, tool: pb.Tool) -> dict[str, Any]:
                 out[key] = json.loads(text)
             except ValueError:
                 raise CatalogRegistrationError(index, f"{field} is not valid JSON") from None
+            except RecursionError:
+                raise CatalogRegistrationError(index, f"{field} is nested too deeply (at most {MAX_SCHEMA_DEPTH} levels)") from None
     if tool.replay_safe:
         out["replaySafe"] = True
     if tool.side_effecting:
@@ -121,9 +125,10 @@ def telemetry_message(t: dict[str, Any]) -> common_pb2.CatalogTelemetry:
 class CatalogService(pb_grpc.CatalogServiceServicer):
     """Registers and reads catalogs."""
 
-    def __init__(self, state: ServiceState, registry: RunRegistry) -> None:
+    def __init__(self, state: ServiceState, registry: RunRegistry, cpu: CpuPool | None = None) -> None:
         self._state = state
         self._registry = registry
+        self._cpu = cpu or cpu_pool()
 
     async def PutCatalog(self, request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> pb.PutCatalogResponse:  # noqa: N802
         scope = await require_scope(request.scope, context)
@@ -131,6 +136,9 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_TOOLS_PER_REQUEST} tools per registration")
         existing = self._state.catalogs.get(scope)
         merge = request.mode == pb.REGISTRATION_MODE_MERGE
+        direct = list(request.direct_tool_names)
+        allow = list(request.allow) if request.allow else None
+        deny = list(request.deny) if request.deny else None
         try:
             tools = [tool_to_dict(i, t) for i, t in enumerate(request.tools)]
             target = existing if (existing is not None and merge) else ScopeCatalog(self._state.config)
@@ -142,15 +150,21 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             if existing is not None and not merge:
                 # A replace keeps the catalog object only if registration succeeds.
                 target = ScopeCatalog(self._state.config)
-            target.catalog.register(
-                tools,
-                mode="merge" if merge else "replace",
-                direct_tool_names=list(request.direct_tool_names),
-                allow=list(request.allow) if request.allow else None,
-                deny=list(request.deny) if request.deny else None,
-            )
+            # The costly checks (metaschemas, $ref targets) run in a worker process within the
+            # registration budget; the loop then registers the checked tools (SPEC §3.2 item 3).
+            size = sum(len(t.parameters_json) + len(t.output_schema_json) + len(t.description) for t in request.tools)
+            problem = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+            if problem is not None:
+                raise CatalogRegistrationError(*problem)
+            view = target.catalog.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False)
+            total = size + (target.prepared_size if merge else 0)
+            target.set_prepared(view, await prepare_guest_data(view, self._cpu, total), total)
         except CatalogRegistrationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except WorkBudgetExceeded:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.c01(REGISTRATION_BUDGET_MS))
+        except WorkerFailed:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.C02)
         self._state.catalogs[scope] = target
         return pb.PutCatalogResponse(catalog=_catalog_message(scope, target))
 

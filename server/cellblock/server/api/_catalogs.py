@@ -24,16 +24,21 @@ from cellblock.server.catalog import (
     CatalogEntry,
     CatalogView,
     CounterSnapshot,
+    GuestData,
     McpNamespace,
     build_namespace,
     check_input_contract,
     check_output_contract,
+    compact_json,
+    guest_data,
     tool_surface,
     view_from_state,
     view_state,
 )
 from cellblock.server.config import CodeModeConfig
+from cellblock.server.limits import REGISTRATION_BUDGET_MS
 from cellblock.server.runs import BridgeMethod, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry
+from cellblock.server.workers import CpuPool
 
 log = structlog.get_logger("cellblock.leg")
 
@@ -54,13 +59,17 @@ class RunCatalog:
     """The catalog view one run keeps for all of its legs (SPEC §3.2 item 6).
 
     Args:
-        view: The scope's catalog view when the run started (frozen).
-        config: The deployment's code-mode configuration (search settings).
+        view: The frozen catalog view.
+        config: The deployment's code-mode configuration.
+        prepared: The view's namespace and guest catalog JSON, built once per registration
+            in a worker process (:func:`prepare_guest_data`); ``None`` builds them here.
+        guest_catalog: The guest's catalog data of a run restored from the run store.
     """
 
-    def __init__(self, view: CatalogView, config: CodeModeConfig, guest_catalog: dict[str, Any] | None = None) -> None:
+    def __init__(self, view: CatalogView, config: CodeModeConfig, prepared: GuestData | None = None, guest_catalog: dict[str, Any] | None = None) -> None:
         self._view = view
         self._config = config
+        self._prepared = prepared
         if guest_catalog is not None:
             self.__dict__["_guest_catalog"] = guest_catalog
 
@@ -98,8 +107,16 @@ class RunCatalog:
 
     @cached_property
     def namespace(self) -> McpNamespace:
-        """The run's ``MCP`` namespace and namespace map (SPEC §8.5), computed once per run."""
+        """The run's ``MCP`` namespace and namespace map (SPEC §8.5), computed once per view."""
+        if self._prepared is not None:
+            return self._prepared[0]
         return build_namespace(self._view.entries)
+
+    def guest_catalog_json(self) -> str:
+        """The compact JSON of :meth:`guest_catalog`, built once per view."""
+        if self._prepared is not None:
+            return self._prepared[1]
+        return compact_json(self.guest_catalog())
 
     def guest_catalog(self) -> dict[str, Any]:
         """The data the cell installs (SPEC §8.1, §8.5, §8.6).
@@ -216,16 +233,39 @@ class RunCatalog:
         return entry.source == "host" and text == entry.id and entry.replay_safe and not entry.side_effecting
 
 
+async def prepare_guest_data(view: CatalogView, cpu: CpuPool, size: int) -> GuestData:
+    """Builds a view's namespace and guest catalog JSON in a worker process (SPEC §8.5, §8.6).
+
+    ``size`` estimates the catalog's registered text in characters (it picks the lane).
+
+    Raises:
+        WorkBudgetExceeded: It took longer than the registration budget.
+        WorkerFailed: The worker died.
+    """
+    mcp = [entry for entry in view.entries if entry.source == "mcp"]
+    return await cpu.run(guest_data, mcp, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+
+
 class ScopeCatalog:
     """One scope's catalog session."""
 
     def __init__(self, config: CodeModeConfig) -> None:
         self.catalog = Catalog()
         self._config = config
+        self._prepared: tuple[CatalogView, GuestData] | None = None
+        #: Characters of registered text behind the current view (picks the worker lane).
+        self.prepared_size = 0
+
+    def set_prepared(self, view: CatalogView, prepared: GuestData, size: int = 0) -> None:
+        """Keeps the worker-built guest data of ``view`` (the catalog's current view)."""
+        self._prepared = (view, prepared)
+        self.prepared_size = size
 
     def view(self) -> RunCatalog:
         """A frozen view for a new run."""
-        return RunCatalog(self.catalog.view, self._config)
+        view = self.catalog.view
+        prepared = self._prepared[1] if self._prepared is not None and self._prepared[0] is view else None
+        return RunCatalog(view, self._config, prepared)
 
     def restore_view(self, state: dict[str, Any]) -> RunCatalog:
         """A stored run's view, counting in this session when it is the run's own."""

@@ -14,9 +14,10 @@ from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
 from cellblock.server.api._catalogs import RunCatalog
-from cellblock.server.api._scope import require_scope
+from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
 from cellblock.server.api._stream_ports import StreamPorts
+from cellblock.server.limits import MAX_SCOPE_ID_CHARS
 from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Run, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, compact_json
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.v1 import code_mode_service_pb2 as pb
@@ -89,6 +90,7 @@ async def _read_start(kind: str, iterator: AsyncIterator[Any], context: grpc.aio
     scope = await require_scope(start.scope, context)
     if not start.tool_call_id.strip():
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "start.tool_call_id must be a non-empty string")
+    await require_short_ids(context, **{"start.tool_call_id": start.tool_call_id, "start.turn_id": getattr(start, "turn_id", "")})
     return start, scope
 
 
@@ -99,6 +101,9 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts) -> Non
             which = message.WhichOneof("message")
             if which == "tool_result":
                 tr = message.tool_result
+                if len(tr.nested_call_id) > MAX_SCOPE_ID_CHARS:
+                    log.warning("tool_result.id_too_long", length=len(tr.nested_call_id))
+                    continue  # never one of ours (SPEC §3.5 item 6)
                 outcome = tr.WhichOneof("outcome")
                 if outcome == "ok_json":
                     ports.tool_result(ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 from google.protobuf import timestamp_pb2
 
-from cellblock.server.api._scope import page_start, require_scope
+from cellblock.server.api._scope import page_start, require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
 from cellblock.server.runs import RunRegistry, RunSummary
 from cellblock.v1 import code_mode_service_pb2 as cpb
@@ -47,6 +47,7 @@ class RunService(pb_grpc.RunServiceServicer):
         self._registry = registry
 
     async def _find(self, scope: tuple[str, str], run_id: str, context: grpc.aio.ServicerContext) -> RunSummary:
+        await require_short_ids(context, run_id=run_id)
         await self._registry.sweep()
         run = await self._registry.summary(run_id)
         if run is None or (run.session_id, run.agent_run_id) != scope:

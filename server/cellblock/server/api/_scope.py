@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from cellblock.server import messages as msg
 from cellblock.server.limits import MAX_SCOPE_ID_CHARS
 from cellblock.v1 import common_pb2
 
@@ -15,8 +16,15 @@ async def require_scope(scope: common_pb2.Scope, context: grpc.aio.ServicerConte
         if not value.strip():
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} must be a non-empty string")
         if len(value) > MAX_SCOPE_ID_CHARS:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"scope.{field} is longer than {MAX_SCOPE_ID_CHARS} characters")
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.a03(f"scope.{field}", MAX_SCOPE_ID_CHARS))
     return (scope.session_id, scope.agent_run_id)
+
+
+async def require_short_ids(context: grpc.aio.ServicerContext, **ids: str) -> None:
+    """Aborts with INVALID_ARGUMENT [A03] when an id is longer than :data:`MAX_SCOPE_ID_CHARS`."""
+    for field, value in ids.items():
+        if len(value) > MAX_SCOPE_ID_CHARS:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.a03(field, MAX_SCOPE_ID_CHARS))
 
 
 async def page_start(page_token: str, context: grpc.aio.ServicerContext) -> int:

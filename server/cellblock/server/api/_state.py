@@ -8,7 +8,7 @@ from typing import Any
 
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.runs import make_telemetry
+from cellblock.server.runs import CancelReason, make_telemetry
 
 
 class Admission:
@@ -51,13 +51,14 @@ class ServiceState:
     active_legs: dict[int, tuple[tuple[str, str], Any, Any]] = field(default_factory=dict)
 
     async def abort_all(self, timeout: float) -> None:
-        """Aborts every running leg and waits until each cleaned up its cell."""
+        """Aborts every running leg for shutdown ([R20]) and waits until each cleaned up its cell."""
         legs = list(self.active_legs.values())
         for _scope, ports, _task in legs:
-            ports.cancel()
+            ports.cancel(CancelReason.SHUTDOWN)
         tasks = [task for _scope, _ports, task in legs]
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
+
     mcp_hub: Any = None
 
     def hosted_tools(self) -> list[dict[str, Any]]:

@@ -14,8 +14,9 @@ Modules by role: ``_registration`` (tool records, SPEC §3.2), ``_errors``, ``_e
 its guest view), ``_lookup`` and ``_search`` (§7.6, §7.5), ``_hints`` (§7.4), ``_contracts``
 (§8.4), ``_quick_index`` and ``_surface`` (the model-facing tools, §4), ``_declarations`` and
 ``_namespace`` (the ``MCP`` namespace and its ``API`` files, §8.5-§8.7), ``_persist`` (views as
-run-store documents, §10.7), ``_text`` (compact JSON,
-JavaScript trim). This module exports what the other packages use; tests of the catalog's
+run-store documents, §10.7), ``_text`` (compact JSON, JavaScript trim), ``_bounded`` (linear-time
+patterns and budgets of contract checks) and ``_offload`` (the steps the service runs in worker
+processes). This module exports what the other packages use; tests of the catalog's
 internals import the private modules by name (tests/unit/catalog).
 """
 
@@ -24,6 +25,7 @@ from ._contracts import check_input_contract, check_output_contract
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
+from ._offload import GuestData, guest_data, registration_problem
 from ._persist import view_from_state, view_state
 from ._surface import exec_description, tool_surface
 from ._text import compact_json, js_trim
@@ -36,13 +38,16 @@ __all__ = [
     "CatalogRegistrationError",
     "CatalogView",
     "CounterSnapshot",
+    "GuestData",
     "McpNamespace",
     "build_namespace",
     "check_input_contract",
     "check_output_contract",
     "compact_json",
     "exec_description",
+    "guest_data",
     "js_trim",
+    "registration_problem",
     "tool_surface",
     "view_from_state",
     "view_state",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import secrets
 import threading
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from ._registration import (
     parse_tools,
 )
 from ._search import SearchIndex
+from ._text import deep_copy
 
 __all__ = ["Catalog", "CatalogCounters", "CatalogView", "CounterSnapshot"]
 
@@ -115,8 +115,8 @@ class CatalogView:
         self._by_id = MappingProxyType({entry.id: entry for entry in self._entries})
         self._guest = tuple(entry for entry in self._entries if entry.source != "mcp")
         self._counters = counters
-        self._direct_tools = tuple(copy.deepcopy(dict(tool)) for tool in direct_tools)
-        self._registered_tools = tuple(copy.deepcopy(dict(tool)) for tool in registered_tools)
+        self._direct_tools = tuple(deep_copy(dict(tool)) for tool in direct_tools)
+        self._registered_tools = tuple(deep_copy(dict(tool)) for tool in registered_tools)
 
     @property
     def entries(self) -> tuple[CatalogEntry, ...]:
@@ -165,11 +165,11 @@ class CatalogView:
             entry named in ``directToolNames``, never one named ``exec`` or ``wait``; in id
             order, one per name (the first by id).
         """
-        return copy.deepcopy(list(self._direct_tools))
+        return deep_copy(list(self._direct_tools))
 
     def registered_tools(self) -> list[dict[str, Any]]:
         """Returns every registered tool, unchanged, for a surface that is not engaged."""
-        return copy.deepcopy(list(self._registered_tools))
+        return deep_copy(list(self._registered_tools))
 
     def all_tools(self) -> list[dict[str, Any]]:
         """Returns ``ALL_TOOLS``: compact entries of the guest view in id order (SPEC §8.1)."""
@@ -303,6 +303,7 @@ class Catalog:
         direct_tool_names: object = None,
         allow: object = None,
         deny: object = None,
+        check_schemas: bool = True,
     ) -> CatalogView:
         """Registers or extends the catalog (SPEC §3.2, §7.1).
 
@@ -322,6 +323,9 @@ class Catalog:
             direct_tool_names: Ids or names of ``host`` entries also shown directly.
             allow: Ids or names allowed into the catalog, or ``None``.
             deny: Ids or names kept out of the catalog, or ``None``.
+            check_schemas: Check ``host`` schemas against their metaschemas; ``False`` only
+                when a worker process already registered the same tools
+                (:func:`~cellblock.server.catalog._offload.registration_problem`).
 
         Returns:
             The new view.
@@ -334,7 +338,7 @@ class Catalog:
         direct_names = parse_name_list(direct_tool_names, "directToolNames") or ()
         allowed = parse_name_list(allow, "allow")
         denied = parse_name_list(deny, "deny") or ()
-        parsed = parse_tools(tools)
+        parsed = parse_tools(tools, check_schemas=check_schemas)
 
         fresh: dict[str, _Record] = {}
         for tool in parsed:

@@ -7,7 +7,6 @@ validators treat ``nullable: true`` as allowing ``null`` (SPEC §8.4 item 4).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +15,8 @@ import jsonschema.validators
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from .. import messages as msg
+from ..limits import CONTRACT_BUDGET_MS
+from ._bounded import ContractBudgetExceeded, LinearRe, budget, budgeted, install, schema_problem
 from ._errors import BridgeReplyError
 from ._text import compact_json
 
@@ -53,14 +54,17 @@ def _nullable(keyword: KeywordFn) -> KeywordFn:
 
 
 def _extend(base: Any) -> Any:
-    wrapped = {name: _nullable(base.VALIDATORS[name]) for name in ("type", "enum", "const") if name in base.VALIDATORS}
+    wrapped = {name: budgeted(_nullable(fn) if name in ("type", "enum", "const") else fn) for name, fn in base.VALIDATORS.items()}
     return jsonschema.validators.extend(base, validators=wrapped)
+
+
+install()  # patterns on RE2 (linear time), see ._bounded
 
 
 _DRAFTS: dict[str, Any] = {uri: _extend(base) for uri, base in _BASE_DRAFTS.items()}
 
 
-def compile_schema(schema: object, field: str) -> Validator:
+def compile_schema(schema: object, field: str, *, check: bool = True) -> Validator:
     """Compiles a trusted ``host`` schema (SPEC §3.2 item 3).
 
     Args:
@@ -68,6 +72,8 @@ def compile_schema(schema: object, field: str) -> Validator:
             ``$schema`` names draft 3, 4, 6, 7 or 2019-09.
         field: The registration field name, used in problem texts (``parameters``,
             ``outputSchema``).
+        check: Check the schema against its metaschema and its ``$ref`` targets; ``False``
+            only for a schema a worker process already checked (the check is the costly part).
 
     Returns:
         A validator that treats ``nullable: true`` as allowing ``null``.
@@ -83,7 +89,9 @@ def compile_schema(schema: object, field: str) -> Validator:
             raise ValueError(f"{field} names an unsupported $schema: {compact_json(named)[:200]}")
         uri = normalised
     cls = _DRAFTS[uri]
-    problem = _metaschema_problem(uri, cls, schema)
+    if not check:
+        return cls(schema)
+    problem = schema_problem(schema) or _metaschema_problem(uri, cls, schema)
     if problem is not None:
         raise ValueError(f"{field} is not a valid JSON Schema: {problem}")
     validator: Validator = cls(schema)
@@ -186,8 +194,8 @@ def _extra_properties(instance: Mapping[str, Any], schema: Mapping[str, Any]) ->
 
 def _search(pattern: str, text: str) -> bool:
     try:
-        return re.search(pattern, text) is not None
-    except re.error:
+        return LinearRe.search(pattern, text) is not None
+    except ValueError:
         return False
 
 
@@ -302,7 +310,10 @@ def check_input_contract(entry: CatalogEntry, arguments: object) -> None:
     if validator is None:
         return
     try:
-        first = next(iter(validator.iter_errors(arguments)), None)
+        with budget():
+            first = next(iter(validator.iter_errors(arguments)), None)
+    except ContractBudgetExceeded:
+        problems = f"/: checking this input against the parameters schema took longer than {CONTRACT_BUDGET_MS} ms; send a smaller input"
     except Exception:  # noqa: BLE001 - unresolvable $ref, bad regex, deep recursion
         problems = "/: the parameters schema could not be evaluated for this input"
     else:
@@ -331,8 +342,9 @@ def check_output_contract(entry: CatalogEntry, result: object) -> None:
     valid = False
     if isinstance(result, Mapping) and "details" in result:
         try:
-            valid = validator.is_valid(result["details"])
-        except Exception:  # noqa: BLE001 - an unevaluable schema is a mismatch
+            with budget():
+                valid = validator.is_valid(result["details"])
+        except Exception:  # noqa: BLE001 - an unevaluable schema (or one over its budget) is a mismatch
             valid = False
     if not valid:
         raise BridgeReplyError(msg.b08(entry.id), "internal")

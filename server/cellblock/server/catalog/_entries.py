@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from ._text import deep_copy
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -94,7 +95,7 @@ class CatalogEntry:
             ``host`` entries that have one, ``outputSchema``. Schemas are deep copies.
         """
         described = self.compact()
-        described["parameters"] = {} if self.parameters is None else copy.deepcopy(self.parameters)
+        described["parameters"] = {} if self.parameters is None else deep_copy(self.parameters)
         if self.source == "host" and self.output_schema is not None:
-            described["outputSchema"] = copy.deepcopy(self.output_schema)
+            described["outputSchema"] = deep_copy(self.output_schema)
         return described

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from ._bounded import schema_problem
 from ._contracts import compile_schema
 from ._entries import MCP_OPERATIONS, CatalogEntry, McpOperation, Source
 from ._errors import CatalogRegistrationError
 from ._hints import input_hint, output_hint
-from ._text import js_trim
+from ._text import deep_copy, js_trim
 
 __all__ = ["CONTROL_TOOL_NAMES", "Mode", "RegisteredTool", "parse_mode", "parse_name_list", "parse_tools"]
 
@@ -87,7 +87,7 @@ def _name(tool: Mapping[str, Any]) -> str:
     return name
 
 
-def _parse_tool(index: int, tool: object) -> RegisteredTool:
+def _parse_tool(index: int, tool: object, check: bool = True) -> RegisteredTool:
     if not isinstance(tool, Mapping):
         raise _ToolProblemError("tool must be an object")
     source = tool.get("source")
@@ -112,8 +112,13 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
             raise _ToolProblemError("operation must be one of " + ", ".join(MCP_OPERATIONS))
     elif operation_raw is not None:
         raise _ToolProblemError("operation is only allowed for mcp tools")
-    parameters = copy.deepcopy(tool.get("parameters"))
-    output_schema = copy.deepcopy(tool.get("outputSchema"))
+    if check:
+        for key in ("parameters", "outputSchema"):
+            problem = schema_problem(tool.get(key), patterns=False)
+            if problem is not None:
+                raise _ToolProblemError(f"{key} is not a valid JSON Schema: {problem}")
+    parameters = deep_copy(tool.get("parameters"))
+    output_schema = deep_copy(tool.get("outputSchema"))
     entry_id = f"{source}:{owner}:{name}"
     if source == "host":
         entry = CatalogEntry(
@@ -129,8 +134,8 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
             side_effecting=side_effecting,
             input_hint=input_hint(parameters),
             output_hint=output_hint(output_schema),
-            input_validator=None if parameters is None else compile_schema(parameters, "parameters"),
-            output_validator=None if output_schema is None else compile_schema(output_schema, "outputSchema"),
+            input_validator=None if parameters is None else compile_schema(parameters, "parameters", check=check),
+            output_validator=None if output_schema is None else compile_schema(output_schema, "outputSchema", check=check),
         )
     else:
         entry = CatalogEntry(
@@ -145,7 +150,7 @@ def _parse_tool(index: int, tool: object) -> RegisteredTool:
         )
     ignored = ("outputSchema",) if source != "host" and output_schema is not None else ()
     return RegisteredTool(
-        index=index, raw=copy.deepcopy(dict(tool)), entry=entry, direct_only=direct_only, ignored=ignored
+        index=index, raw=deep_copy(dict(tool)), entry=entry, direct_only=direct_only, ignored=ignored
     )
 
 
@@ -172,7 +177,7 @@ def _tool_label(tool: object) -> str | None:
     return json.dumps(name[:200], ensure_ascii=False)
 
 
-def parse_tools(tools: object) -> list[RegisteredTool]:
+def parse_tools(tools: object, *, check_schemas: bool = True) -> list[RegisteredTool]:
     """Validates every tool of a registration (SPEC §3.2 items 2-4).
 
     Args:
@@ -180,6 +185,8 @@ def parse_tools(tools: object) -> list[RegisteredTool]:
             (``source``, ``owner``, ``name``, ``label``, ``description``, ``parameters``,
             ``outputSchema``, ``replaySafe``, ``sideEffecting``, ``directOnly``,
             ``operation``). Absent and ``None`` values are the same; other keys are ignored.
+        check_schemas: Check ``host`` schemas against their metaschemas; ``False`` only
+            when a worker process already parsed the same tools (:func:`checked_in_worker`).
 
     Returns:
         The validated tools, in registration order.
@@ -193,9 +200,11 @@ def parse_tools(tools: object) -> list[RegisteredTool]:
     seen: dict[str, int] = {}
     for index, tool in enumerate(tools):
         try:
-            registered = _parse_tool(index, tool)
+            registered = _parse_tool(index, tool, check_schemas)
         except (_ToolProblemError, ValueError) as error:
             raise CatalogRegistrationError(index, str(error), _tool_label(tool)) from None
+        except RecursionError:
+            raise CatalogRegistrationError(index, "a schema is nested too deeply to process", _tool_label(tool)) from None
         entry_id = registered.entry.id
         if entry_id in seen:
             raise CatalogRegistrationError(index, f"duplicate id {entry_id} (also tool {seen[entry_id]})", entry_id)

@@ -54,6 +54,17 @@ class Cell(abc.ABC):
     async def kill(self) -> None:
         """Stops the cell at once. Idempotent."""
 
+    async def out_of_memory(self) -> bool:
+        """Whether the cell, which exited with 137 (SIGKILL), was killed for its memory limit.
+
+        Executors that cannot tell (processes) answer ``True``: their only SIGKILL is the limit.
+        """
+        return True
+
+    async def alive(self) -> bool:
+        """Whether the cell still runs and is not paused (checked before a pooled cell is used)."""
+        return True
+
     @abc.abstractmethod
     async def remove(self) -> None:
         """Kills the cell if needed and removes every trace of it. Idempotent."""
@@ -109,6 +120,13 @@ class Executor(abc.ABC):
         Raises:
             CellStartError: The cell could not be started.
         """
+
+    async def remove_orphans(self) -> int:
+        """Removes cells an earlier incarnation of this instance left behind; returns how many.
+
+        Executors whose cells cannot outlive the service (processes) have none.
+        """
+        return 0
 
     async def close(self) -> None:
         """Releases executor resources; waits for every retired cell's removal first."""

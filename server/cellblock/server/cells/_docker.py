@@ -7,6 +7,7 @@ turns any of it off. Blocking Docker SDK calls run in worker threads.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 from collections.abc import Callable
@@ -20,9 +21,8 @@ import docker.errors
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
 from cellblock.server.cells._lockdown import BRIDGE_SOCKET_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, MEMORY_LIMIT_ENV, Lockdown
+from cellblock.server.limits import CELL_STATE_CHECK_S
 
-#: Stopped cells older than this are orphans of a dead service (Docker duration).
-ORPHAN_AGE = "10m"
 #: Threads for Docker API calls, and for cells' exit waiters (one per live cell).
 API_THREADS = 8
 WAIT_THREADS = 256
@@ -46,6 +46,10 @@ class DockerExecutorConfig:
             (missing fails closed), uid, CPU/pids/memory limits.
         docker_base_url: Docker Engine API address; ``None`` uses the
             environment (DOCKER_HOST or the local socket).
+        extra_labels: More container labels.
+        test_guest_command: Tests only (the bridge fuzzer): run this command in
+            the locked-down cell instead of the guest agent.
+        test_mounts: Tests only: read-only mounts for that command's code.
     """
 
     image: str = "cellblock-cell:dev"
@@ -53,6 +57,10 @@ class DockerExecutorConfig:
     lockdown: Lockdown = DEFAULT_LOCKDOWN
     docker_base_url: str | None = None
     extra_labels: dict[str, str] = field(default_factory=dict)
+    #: Test only: the cell's command instead of the image's guest agent (a hostile guest).
+    test_guest_command: tuple[str, ...] = ()
+    #: Test only: host directory → container path, mounted read-only (the hostile guest's code).
+    test_mounts: dict[str, str] = field(default_factory=dict)
 
     @property
     def seccomp_profile(self) -> Path:
@@ -109,6 +117,10 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
     }
     if config.runtime:
         options["runtime"] = config.runtime
+    if config.test_guest_command:
+        options["entrypoint"] = list(config.test_guest_command)
+    for host_path, container_path in config.test_mounts.items():
+        options["volumes"][host_path] = {"bind": container_path, "mode": "ro"}
     return options
 
 
@@ -134,6 +146,27 @@ class DockerCell(Cell):
         except docker.errors.APIError:
             pass
 
+    async def out_of_memory(self) -> bool:
+        def state() -> bool:
+            self._container.reload()
+            return bool(self._container.attrs.get("State", {}).get("OOMKilled"))
+
+        try:
+            return bool(await asyncio.wait_for(self._executor.run_blocking(state), timeout=CELL_STATE_CHECK_S))
+        except (TimeoutError, docker.errors.APIError):
+            return False
+
+    async def alive(self) -> bool:
+        def state() -> bool:
+            self._container.reload()
+            info = self._container.attrs.get("State", {})
+            return bool(info.get("Running")) and not info.get("Paused") and not info.get("Restarting")
+
+        try:
+            return bool(await asyncio.wait_for(self._executor.run_blocking(state), timeout=CELL_STATE_CHECK_S))
+        except (TimeoutError, docker.errors.APIError):
+            return False
+
     async def remove(self) -> None:
         if self._removed:
             return
@@ -149,14 +182,15 @@ class DockerExecutor(Executor):
 
     name = "docker"
 
-    def __init__(self, config: DockerExecutorConfig | None = None) -> None:
+    def __init__(self, config: DockerExecutorConfig | None = None, instance_id: str | None = None) -> None:
         super().__init__()
         self.config = config or DockerExecutorConfig()
         self.image = self.config.image
         self._client: Any = None
         self._seccomp_json: str | None = None
-        #: Labels every cell of this executor (``io.cellblock.instance``).
-        self.instance_id = secrets.token_hex(8)
+        #: Labels every cell of this executor (``io.cellblock.instance``): the service
+        #: instance's stable id (kept in its state directory), or a random one.
+        self.instance_id = instance_id or secrets.token_hex(8)
         # Blocking Docker SDK calls run in two private pools: API calls
         # (create/start/kill/remove/inspect) and one waiter per live cell.
         self._api_pool = ThreadPoolExecutor(max_workers=API_THREADS, thread_name_prefix="cellblock-docker")
@@ -212,13 +246,6 @@ class DockerExecutor(Executor):
             # name (another `make image`) never switches a running service to
             # another guest build.
             self._image_ref = str(image.id)
-            # Cells left stopped by a service that died are removed here. Only
-            # those older than a few minutes: a live service may have created a
-            # cell it has not started yet, and running ones are never touched.
-            try:
-                client.containers.prune(filters={"label": CELL_LABEL, "until": ORPHAN_AGE})
-            except docker.errors.APIError:
-                pass
 
     async def check(self) -> None:
         await self.run_blocking(self._check_sync)
@@ -256,6 +283,25 @@ class DockerExecutor(Executor):
         cell: Cell = await self.run_blocking(lambda: self._start_sync(spec))
         return cell
 
+    def _remove_orphans_sync(self) -> int:
+        found = self._docker().containers.list(all=True, sparse=True, filters={"label": f"{INSTANCE_LABEL}={self.instance_id}"})
+        for container in found:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+        return len(found)
+
+    async def remove_orphans(self) -> int:
+        """Removes every cell container labelled with this instance's id (SPEC §16.2 item 5).
+
+        Called once at start, before any cell of this incarnation exists: whatever
+        carries the label was left by an earlier incarnation that died (SIGKILL, a
+        crash), running or stopped. Cells of other instances are never touched.
+
+        Returns:
+            How many containers were removed.
+        """
+        return int(await self.run_blocking(self._remove_orphans_sync))
+
     def list_cell_containers(self) -> list[str]:
         """Returns the names of every cell container this executor started and still exists."""
         # Sparse listing: no per-container inspect that races with removals.
@@ -265,7 +311,8 @@ class DockerExecutor(Executor):
     async def close(self) -> None:
         await self.reaper.drain()
         if self._client is not None:
-            await self.run_blocking(self._client.close)
+            # Not through the API pool: its threads may all wait on an engine that stopped answering.
+            self._client.close()
             self._client = None
         self._api_pool.shutdown(wait=False, cancel_futures=True)
         self._wait_pool.shutdown(wait=False, cancel_futures=True)

@@ -23,7 +23,7 @@ import structlog
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
 from cellblock.server.cells._bridge import CellBridge
-from cellblock.server.limits import ATTACH_TIMEOUT_S
+from cellblock.server.limits import ATTACH_TIMEOUT_S, POOL_CLOSE_S
 
 log = structlog.get_logger("cellblock.pool")
 
@@ -84,6 +84,7 @@ class WarmPool:
         self._closed = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Cells being started or destroyed in the background; close() waits for them.
         self._starters: set[asyncio.Task[None]] = set()
         self._owned: set[str] = set()
         #: Cells handed to legs, and legs that found the pool empty.
@@ -132,6 +133,24 @@ class WarmPool:
         burst = sum(1 for t in self._acquired_at if t >= now - refill_s)
         steady = math.ceil(len(self._acquired_at) / RATE_WINDOW_S * refill_s)
         return max(self.size, min(self.max_size, max(burst, steady)))
+
+    async def take(self, memory_limit_bytes: int) -> WarmCell | None:
+        """Like :meth:`acquire`, but only hands out a cell that still runs and is not paused.
+
+        A dead or frozen cell (paused, stopped, its agent gone: its bridge stream
+        ended) is destroyed and the next one tried; ``None`` when none is left.
+        """
+        while True:
+            warm = self.acquire(memory_limit_bytes)
+            if warm is None:
+                return None
+            if warm.bridge.attached.is_set() and not warm.bridge.inbox.qsize() and await warm.cell.alive():
+                return warm
+            log.warning("pool.cell_dead", cell_id=warm.cell.cell_id)
+            self.hits -= 1
+            task = asyncio.ensure_future(warm.destroy())
+            self._starters.add(task)  # close() waits for it
+            task.add_done_callback(self._starters.discard)
 
     def idle_container_names(self) -> set[str]:
         """Containers the pool owns (starting or ready), not serving any leg."""
@@ -209,6 +228,9 @@ class WarmPool:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         # Cells still starting see the flag and destroy themselves.
-        await asyncio.gather(*list(self._starters), return_exceptions=True)
+        # Bounded: an engine that stops answering must not hold the service's shutdown.
+        starters = list(self._starters)
+        if starters:
+            await asyncio.wait(starters, timeout=POOL_CLOSE_S)
         ready, self._ready = self._ready, []
         await asyncio.gather(*(self._drop(w) for w in ready), return_exceptions=True)

@@ -83,10 +83,14 @@ def guest_failure(run: Run, f: bpb.Failed, log: FilteringBoundLogger) -> LegOutc
     return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
 
 
-def exit_failure(run: Run, code: int, log: FilteringBoundLogger) -> LegOutcome:
-    """Maps the exit of a cell that ended without ``LegEnd`` (SPEC §11.1 ``runtime_unavailable``)."""
+def exit_failure(run: Run, code: int, log: FilteringBoundLogger, *, out_of_memory: bool = False) -> LegOutcome:
+    """Maps the exit of a cell that ended without ``LegEnd`` (SPEC §11.1 ``runtime_unavailable``).
+
+    Exit 137 is SIGKILL: [R09] only when the engine reports the memory limit
+    (``out_of_memory``), else a kill from outside the cell, [R12] (SPEC §10.10).
+    """
     if code == EXIT_KILLED or code < 0:
-        log.error("cell.killed", exit_code=code)
-        return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r09(run.limits.memory_limit_bytes) if code == EXIT_KILLED else msg.r12(code))
+        log.error("cell.killed", exit_code=code, out_of_memory=out_of_memory)
+        return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r09(run.limits.memory_limit_bytes) if out_of_memory else msg.r12(code))
     log.error("cell.exited", exit_code=code)
     return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)

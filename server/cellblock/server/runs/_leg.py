@@ -1,12 +1,14 @@
 """One leg of a run in a cell: start it, attach it, drive its settle loop (SPEC §10.2-10.4).
 
-A leg owns exactly one cell. It gets it (:mod:`~cellblock.server.runs._cell_choice`),
-feeds it the program (or the snapshot), answers its bridge requests, forwards nested
-calls to the runtime, enforces the deadline with the host watchdog, and ends with one
-result. Every path out of :meth:`Leg.run` destroys the cell, unless cell reuse keeps
-it for the scope's next leg (SPEC §16.2). Request policy is :mod:`~cellblock.server.runs._policy`,
-the shared settle-loop parts :mod:`~cellblock.server.runs._settle`, and the mapping of
-a guest's failure :mod:`~cellblock.server.runs._guest_failure`.
+A leg owns exactly one cell. It starts it (or takes a warm or, under cell reuse, its
+scope's kept cell), feeds it the program (or the snapshot), answers its bridge requests,
+forwards nested calls to the runtime, enforces the deadline with the host watchdog, and
+ends with one result. Every path out of :meth:`Leg.run` destroys the cell and removes its
+socket directory, unless cell reuse keeps it for the scope's next leg (SPEC §16.2,
+:mod:`~cellblock.server.runs._reuse_rule`). Request policy is :mod:`~cellblock.server.runs._policy`,
+the shared settle-loop parts :mod:`~cellblock.server.runs._settle`, the mapping of a guest's
+failure :mod:`~cellblock.server.runs._guest_failure`, and the bounded wait for a cell
+:mod:`~cellblock.server.runs._cell_wait`.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import structlog
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells, WarmPool
-from cellblock.server.limits import ATTACH_TIMEOUT_S, WATCHDOG_GRACE_MS
-from cellblock.server.runs._cell_choice import clean_end, fresh_cell, ready_cell, reusable
-from cellblock.server.runs._guest_failure import exit_failure, guest_failure
-from cellblock.server.runs._output import compact_json
-from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, reply_inbox_bytes, restart_safe_label
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
+from cellblock.server.runs._cell_wait import await_attach, fresh_cell
+from cellblock.server.runs._guest_failure import exit_failure
+from cellblock.server.runs._leg_end import LegEnding
+from cellblock.server.runs._output import NotSerializableError
+from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
-from cellblock.server.runs._protocol import BridgeMethod, Cancelled, CellExited, ErrorCode, GuestMessage, LegOutcome, RunStatus, failed
-from cellblock.server.runs._settle import SettleLoop
+from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace
 
@@ -37,7 +39,7 @@ from cellblock.server.telemetry import LegTrace
 _CHUNK = bpb.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
 
 
-class Leg(SettleLoop):
+class Leg(LegEnding):
     """Runs one leg of ``run`` in a fresh cell.
 
     Args:
@@ -52,6 +54,7 @@ class Leg(SettleLoop):
         slot_cap: The deployment's suspended-run cap, quoted by [R01].
         snapshot: The run's stored snapshot when resuming (``None`` for exec).
         pool: Warm cells, if the deployment keeps any.
+        cell_wait_s: Bound on waiting for a cell (start and attach), outside the program's budget ([R21]).
         scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``), else ``None``.
     """
 
@@ -68,6 +71,7 @@ class Leg(SettleLoop):
         slot_cap: int,
         snapshot: bytes | None = None,
         pool: WarmPool | None = None,
+        cell_wait_s: float = DEFAULT_CELL_WAIT_MS / 1000,
         scope_cells: ScopeCells | None = None,
     ) -> None:
         super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot, slot_cap=slot_cap)
@@ -76,14 +80,19 @@ class Leg(SettleLoop):
         self.source = source
         self._snapshot = snapshot
         self.pool = pool
+        self.cell_wait_s = cell_wait_s
+        #: When waiting for a cell (start and attach) gives up ([R21]); set when the leg starts.
+        self._cell_wait_until = 0.0
         self.scope_cells = scope_cells
         self._bridge: CellBridge | None = None
         self._cell: Cell | None = None
         self._kept: ScopeCell | None = None
-        #: The guest's end was clean and accepted (SPEC §16.2 item 2; see _cell_choice).
+        #: The guest's end was clean and accepted; nothing put the cell in doubt (SPEC §16.2 item 2).
         self._clean_end = False
+        self._in_doubt = False
         self._outcome: LegOutcome | None = None
         self._suspend_sent = False
+        self._out_of_memory = False  # the engine's verdict on an exit 137
         #: True once the cell has its Start message; settlements before that are delivered with it.
         self._started = False
         self._terminal: LegOutcome | None = None
@@ -110,23 +119,30 @@ class Leg(SettleLoop):
         loop = asyncio.get_running_loop()
         run = self.run_
         run.legs += 1
-        # The scope's kept cell (cell reuse), a warm cell, or a fresh cell.
+        # Waiting for a cell has its own bound, outside the program's budget (SPEC §10.2 item 3).
+        self._cell_wait_until = loop.time() + self.cell_wait_s
+        # The scope's kept cell (cell reuse), else a warm cell (started and attached ahead
+        # of time, still alive) of this size, else a fresh cell.
         scope = (run.session_id, run.agent_run_id)
-        chosen = ready_cell(scope=scope, memory_limit_bytes=run.limits.memory_limit_bytes, pool=self.pool, scope_cells=self.scope_cells)
-        cell_id = chosen.cell.cell_id if chosen is not None and chosen.cell is not None else "cell_" + secrets.token_hex(8)
+        self._kept = self.scope_cells.take(scope, run.limits.memory_limit_bytes) if self.scope_cells is not None else None
+        warm = await self.pool.take(run.limits.memory_limit_bytes) if self.pool is not None and self._kept is None else None
+        ready = self._kept or warm
+        cell_id = ready.cell.cell_id if ready is not None else "cell_" + secrets.token_hex(8)
         self._log = self._log.bind(cell_id=cell_id)
         structlog.contextvars.bind_contextvars(cell_id=cell_id)
         self.trace.acquiring(cell_id)
         try:
-            if chosen is None:
-                chosen = await fresh_cell(cell_id=cell_id, memory_limit_bytes=run.limits.memory_limit_bytes, executor=self.executor, socket_base=self.socket_base)
-            self._bridge, self._cell, self._kept = chosen.bridge, chosen.cell, chosen.kept
-            if self._cell is None or self._bridge is None:
-                self._log.error("cell.start_failed", reason=chosen.failure)
-                return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(chosen.failure))
+            reused = self._kept is not None
+            if ready is not None:
+                self._bridge, self._cell = ready.bridge, ready.cell
+            else:
+                fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits.memory_limit_bytes, self._cell_wait_until, self.cell_wait_s, self._log)
+                if isinstance(fresh, LegOutcome):
+                    return fresh
+                self._bridge, self._cell = fresh
             if self._kept is None and self.scope_cells is not None:
                 self._kept = self.scope_cells.begin(scope, self._cell, self._bridge, run.limits.memory_limit_bytes)
-            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=chosen.reused)
+            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=reused)
             self.trace.started(self._cell.runtime_id)
             outcome = self._outcome = await self._attach_and_drive(loop)
             outcome.cell_id = cell_id
@@ -136,47 +152,28 @@ class Leg(SettleLoop):
 
     async def _cleanup(self) -> None:
         self._cancel_tasks()
-        kept, outcome = self._kept, self._outcome
-        if kept is not None and self.scope_cells is not None and outcome is not None:
-            if reusable(outcome, clean=self._clean_end, protocol_broken=self._terminal is not None, exited=kept.exited.done()):
-                self.scope_cells.keep(kept)  # or destroys it (its limits, its scope's end)
-                return
-        # The bridge stream closes now; the container and socket directory
-        # are removed off the reply path (cells.CellReaper).
-        self.executor.reaper.retire(self._cell, self._bridge)
+        self.release_cell()
 
     def _deliver_guest(self, item: bpb.AttachRequest | None) -> None:
         self.ports.events.put_nowait(GuestMessage(item))
 
     async def _watch_cell(self) -> None:
         assert self._cell is not None
-        # A kept cell has one waiter for all its legs.
+        # A kept cell has one exit waiter for all its legs.
         code = await (asyncio.shield(self._kept.exited) if self._kept is not None else self._cell.wait())
+        self._out_of_memory = code == 137 and await self._cell.out_of_memory()  # else a kill from outside (R12)
         await self.ports.events.put(CellExited(code))
-
-    async def _await_attach(self) -> LegOutcome | None:
-        """Waits for the cell to authenticate, exit, or the caller to cancel (other events wait for the settle loop)."""
-        assert self._bridge is not None
-        try:
-            first = await self.hold_events_until(self._spawn(self._bridge.attached.wait()), ATTACH_TIMEOUT_S)
-        except TimeoutError:
-            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11("the cell did not attach to its bridge in time"))
-        match first:
-            case CellExited(code=code):
-                self._log.error("cell.exited_before_attach", exit_code=code)
-                return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
-            case Cancelled():
-                return failed(ErrorCode.ABORTED, msg.R07)
-        return None
 
     async def _attach_and_drive(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
         assert self._bridge is not None and self._cell is not None
         run = self.run_
         self._spawn(self._watch_cell())
-        not_attached = await self._await_attach()
+        not_attached = await await_attach(self, self._spawn(self._bridge.attached.wait()), self._cell_wait_until, self.cell_wait_s, self._log)
         if not_attached is not None:
             return not_attached
         self.trace.attached()
+        # The program's budget starts now that a cell is ready for it (SPEC §10.2 item 3).
+        self.deadline += loop.time() - (self._cell_wait_until - self.cell_wait_s)
         snapshot = self._snapshot if self.source is None else None
         if self.source is None and snapshot is None:
             return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r18("its snapshot is no longer stored"))
@@ -212,7 +209,7 @@ class Leg(SettleLoop):
                 output_spent_bytes=run.budget.spent,
                 output_closed=run.budget.closed,
             ),
-            catalog_json=compact_json(run.view.guest_catalog()),
+            catalog_json=run.view.guest_catalog_json(),
             bridge_counters=run.bridge_counters,
             snapshot_bytes=len(snapshot) if snapshot is not None else 0,
         )
@@ -300,7 +297,7 @@ class Leg(SettleLoop):
             self.ports.events.put_nowait(CellExited(code))
             return None
         self.abandon_dispatched()
-        return exit_failure(run, code, self._log)
+        return exit_failure(run, code, self._log, out_of_memory=self._out_of_memory)
 
     def _suspend(self) -> None:
         assert self._bridge is not None
@@ -311,9 +308,15 @@ class Leg(SettleLoop):
     # ---------------------------------------------------------- requests
     def _on_request(self, req: bpb.GuestRequest) -> None:
         p = admit_request(self.run_, req, self._log, self._refusals_logged)
-        if p is None:
+        if not isinstance(p, PendingRequest):
+            if p is not None:
+                self._refuse_protocol(p)
             return
         loop = asyncio.get_running_loop()
+        if refuse_over_host_limits(self.run_, p, loop.time()):
+            self._in_doubt = True  # the controller's own layer let it through
+            self.on_settled(p)  # the host's second layer answered it (B23/B24)
+            return
         step = process_request(self.run_, p, loop.time())
         if self.run_.restart_safe:
             return  # held until the guest is idle (SPEC §10.8 item 2)
@@ -328,6 +331,13 @@ class Leg(SettleLoop):
                     self._suspend()
             case Next.NESTED:
                 self._dispatch(p, loop)
+
+    def _refuse_protocol(self, violation: ProtocolViolation) -> None:
+        """Rejects a protocol violation ([P01]-[P03]) back to the guest now, not at the watchdog (SPEC §14.5)."""
+        assert self._bridge is not None
+        self._in_doubt = True  # a bridge protocol break: the cell is never reused (SPEC §16.2)
+        settle = bpb.Settle(bridge_id=violation.bridge_id[:MAX_BRIDGE_ID_CHARS], error=bpb.BridgeError(message=violation.message))
+        self._bridge.send(bpb.AttachResponse(settle=settle))
 
     def _on_idle(self, host_work: int) -> None:
         """The guest waits on host work; a restart-safe leg decides now (SPEC §10.8 item 2).
@@ -394,7 +404,12 @@ class Leg(SettleLoop):
         except ValueError:
             self._log.error("bridge.invalid_output")
             return
-        if self.run_.budget.offer(entry):
+        try:
+            accepted = self.run_.budget.offer(entry)
+        except NotSerializableError:
+            self._log.warning("bridge.output_too_deep")
+            return
+        if accepted:
             self.accepted_output.append(entry)
             self.ports.output(entry)
 
@@ -405,44 +420,3 @@ class Leg(SettleLoop):
         except ValueError:
             first = ""
         self.run_.budget.record_omitted(max(0, omission.omitted_entries), max(0, omission.omitted_bytes), first if isinstance(first, str) else "")
-
-    async def _on_end(self, end: bpb.LegEnd) -> LegOutcome:
-        run = self.run_
-        which = end.WhichOneof("outcome")
-        if which == "completed":
-            try:
-                value = json.loads(end.completed.value_json)
-            except ValueError:
-                self._log.error("bridge.invalid_value")
-                return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
-            self._clean_end = True
-            return LegOutcome(status=RunStatus.COMPLETED, value=value)
-        if which == "suspended":
-            return await self._on_suspended(end.suspended)
-        if which == "failed":
-            self.abandon_dispatched()
-            self._clean_end = clean_end(end)
-            return guest_failure(run, end.failed, self._log)
-        self._log.error("bridge.invalid_end")
-        return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
-
-    async def _on_suspended(self, suspended: bpb.Suspended) -> LegOutcome:
-        run = self.run_
-        data = b"".join(self._snapshot_parts)
-        if len(data) != suspended.snapshot_bytes:
-            self._log.error("bridge.snapshot_size_mismatch")
-            return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
-        self._clean_end = True
-        if len(data) > run.limits.max_snapshot_bytes:
-            self.abandon_dispatched()
-            self._log.warning("snapshot.too_large", snapshot_bytes=len(data))
-            self.trace.snapshot_stored(len(data), suspended.raw_bytes, error="snapshot_limit_exceeded")
-            return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(len(data), run.limits.max_snapshot_bytes))
-        if not run.holds_slot and not await self._reserve_slot(run):
-            self.abandon_dispatched()
-            return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))
-        # The runner parks the run: its record and snapshot in one store transaction.
-        run.snapshot_bytes = len(data)
-        self.trace.snapshot_stored(len(data), suspended.raw_bytes)
-        reason = "yield" if run.pending and all(p.method is BridgeMethod.YIELD for p in run.pending.values()) else "pending_tools"
-        return LegOutcome(status=RunStatus.WAITING, reason=reason, snapshot=data)

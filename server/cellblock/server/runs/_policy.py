@@ -19,9 +19,10 @@ from structlog.typing import FilteringBoundLogger
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.catalog import BridgeReplyError
+from cellblock.server.limits import MAX_BRIDGE_ID_CHARS
 from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import LegPorts
-from cellblock.server.runs._protocol import BridgeMethod, Provenance, Settlement, ToolOutcome
+from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance, Settlement, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import end_tool_call, record_bridge_call, start_tool_call
 
@@ -63,11 +64,11 @@ def _reject_reply(run: Run, p: PendingRequest, exc: BridgeReplyError, now: float
     reject(run, p, exc.message, Provenance(exc.provenance), exc.code or "", now)
 
 
-def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int]) -> PendingRequest | None:
+def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int]) -> PendingRequest | ProtocolViolation | None:
     """Checks a guest request's method and id and records it on the run (SPEC §8.2).
 
-    A protocol violation is logged and ignored (P01-P03); requests the controller already
-    refused are recorded by :func:`admit_refused`.
+    A protocol violation (P01-P03) is logged and returned for the leg to reject back;
+    requests the controller already refused are recorded by :func:`admit_refused`.
 
     Args:
         run: The run.
@@ -76,23 +77,21 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
         refusals: The leg's refusal counts by ``(method, refusal kind)``.
 
     Returns:
-        The new pending request, or ``None`` when there is nothing to answer.
+        The new pending request, the violation to reject back, or ``None`` when there
+        is nothing to answer.
     """
     m = _BRIDGE_ID.match(req.bridge_id)
     if req.method not in _METHODS:
-        leg_log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p01(req.method))
-        return None
+        return _violation(run, req.bridge_id, msg.p01(req.method), leg_log)
     if not m or m.group(1) != req.method:
-        leg_log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p02(req.bridge_id))
-        return None
+        return _violation(run, req.bridge_id, msg.p02(req.bridge_id), leg_log)
     method = BridgeMethod(req.method)
     n = int(m.group(2))
     if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
         admit_refused(run, req, method, n, leg_log, refusals)
         return None
     if req.bridge_id in run.seen_bridge_ids:
-        leg_log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p03(req.bridge_id))
-        return None
+        return _violation(run, req.bridge_id, msg.p03(req.bridge_id), leg_log)
     run.seen_bridge_ids.add(req.bridge_id)
     run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
     try:
@@ -107,6 +106,13 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
     return p
 
 
+def _violation(run: Run, bridge_id: str, message: str, leg_log: FilteringBoundLogger) -> ProtocolViolation:
+    """Logs a protocol violation (bounded) and records its rejection as the host's (SPEC §14.5)."""
+    leg_log.error("bridge.protocol", message=message[:300])
+    run.provenance.setdefault(bridge_id, Provenance.INTERNAL)
+    return ProtocolViolation(bridge_id, message)
+
+
 def admit_refused(run: Run, req: bpb.GuestRequest, method: BridgeMethod, first: int, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int]) -> None:
     """Records requests the controller already refused and rejected (SPEC §8.2 items 3-4, 6).
 
@@ -118,7 +124,8 @@ def admit_refused(run: Run, req: bpb.GuestRequest, method: BridgeMethod, first: 
     """
     last = first + max(1, req.refused_count) - 1
     if first <= run.bridge_counters.get(req.method, 0) or last >= 10**16:
-        leg_log.error("bridge.protocol", bridge_id=req.bridge_id, message=msg.p03(req.bridge_id))
+        # The controller already rejected these requests: logged only.
+        leg_log.error("bridge.protocol", bridge_id=req.bridge_id[:MAX_BRIDGE_ID_CHARS], message=msg.p03(req.bridge_id)[:300])
         return
     run.bridge_counters[req.method] = last
     provenance = Provenance.INPUT if req.refusal in _INPUT_REFUSALS else Provenance.INTERNAL
@@ -134,6 +141,29 @@ def admit_refused(run: Run, req: bpb.GuestRequest, method: BridgeMethod, first: 
     if kind not in refusals:
         leg_log.warning("bridge.refused_by_guest", bridge_id=req.bridge_id, method=req.method, refusal=kind[1], refused_count=last - first + 1)
     refusals[kind] = refusals.get(kind, 0) + last - first + 1
+
+
+def refuse_over_host_limits(run: Run, p: PendingRequest, now: float) -> bool:
+    """The host's second layer of the guest's limits; True when it rejected ``p`` (settled).
+
+    A nested call beyond ``maxPendingToolCalls`` (a guest that got past its own count, e.g. a
+    ``toJSON`` that calls tools) gets [B24]; arguments too deep for the host to serialise
+    again get [B23] (SPEC §9).
+    """
+    nested = p.method.nested
+    unanswered = sum(1 for q in run.pending.values() if q is not p and q.method.nested and q.result is None)
+    if nested and unanswered >= run.limits.max_pending_tool_calls:
+        count(run, BridgeMethod.CALL)
+        reject(run, p, msg.b24(run.limits.max_pending_tool_calls), Provenance.INTERNAL, "", now)
+        return True
+    try:
+        compact_json(p.args)
+    except NotSerializableError:
+        if nested:
+            count(run, BridgeMethod.CALL)
+        reject(run, p, msg.b23(p.method.value), Provenance.INPUT, "", now)
+        return True
+    return False
 
 
 def count(run: Run, kind: BridgeMethod) -> None:

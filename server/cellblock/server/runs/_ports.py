@@ -35,6 +35,9 @@ class CatalogPort(Protocol):
     def guest_catalog(self) -> dict[str, Any]:
         """The data the cell installs: ``allTools``, ``convenience``, ``mcp``, ``apiFiles``."""
 
+    def guest_catalog_json(self) -> str:
+        """The compact JSON of :meth:`guest_catalog` (prebuilt in a worker process when it can be)."""
+
     def search(self, query: object, options: object) -> list[dict[str, Any]]:
         """Answers ``tools.search`` (SPEC §7.5)."""
 

@@ -45,6 +45,7 @@ __all__ = [
     "HostedSettled",
     "LegEvent",
     "LegOutcome",
+    "ProtocolViolation",
     "Provenance",
     "ResolvedCall",
     "RunStatus",
@@ -119,10 +120,11 @@ _NESTED = frozenset({BridgeMethod.CALL, BridgeMethod.CALL_VALUE, BridgeMethod.NA
 
 
 class CancelReason(StrEnum):
-    """Why a leg is aborted: the caller (stream cancel, CancelRun, shutdown) or the scope's end."""
+    """Why a leg is aborted: the caller (stream cancel, CancelRun), the scope's end, or shutdown."""
 
     CALLER = "caller"
     SCOPE = "scope"
+    SHUTDOWN = "shutdown"
 
 
 class ToolErrorKind(StrEnum):
@@ -162,6 +164,19 @@ class Settlement:
 
 #: A timer's settlement: it resolves with ``null``.
 TIMER_FIRED = Settlement.value("null")
+
+
+@dataclass(frozen=True)
+class ProtocolViolation:
+    """A request that breaks the bridge protocol ([P01]-[P03]): rejected back to the guest, never recorded.
+
+    Attributes:
+        bridge_id: The request's id, as the guest sent it.
+        message: The guest-facing rejection (SPEC §14.5).
+    """
+
+    bridge_id: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -205,7 +220,7 @@ class ToolOutcome:
 
 @dataclass(frozen=True)
 class Cancelled:
-    """Abort the leg (SPEC §3.6); ``reason`` picks [R07] or [R08]."""
+    """Abort the leg (SPEC §3.6); ``reason`` picks [R07], [R08] or [R20]."""
 
     reason: CancelReason = CancelReason.CALLER
 

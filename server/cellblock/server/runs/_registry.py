@@ -101,6 +101,8 @@ class RunRegistry:
         #: Open nested-call spans of runs parked here, by run id, with the park's expiry.
         self._spans: dict[str, tuple[float, dict[str, Any]]] = {}
         self._hosted: dict[str, list[HostedOutcome]] = {}
+        #: Slot reservations the store is still answering, by run id (a leg may end meanwhile).
+        self._reserving: dict[str, asyncio.Future[bool]] = {}
         #: ``(slots held, suspended runs)`` in the deployment at the last sweep (metrics).
         self.counts: tuple[int, int] = (0, 0)
 
@@ -117,9 +119,24 @@ class RunRegistry:
         """Gives ``run`` a slot if the deployment has one free; True when it holds one."""
         if run.holds_slot:
             return True
-        if await self.store.reserve_slot(run.run_id, run.session_id, run.agent_run_id, run.created_at, self._token(run), self.lease_seconds):
+        pending = self._reserving.get(run.run_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self.store.reserve_slot(run.run_id, run.session_id, run.agent_run_id, run.created_at, self._token(run), self.lease_seconds))
+            self._reserving[run.run_id] = pending
+        # Shielded: when the leg ends while the store answers, remove() takes the answer.
+        reserved = await asyncio.shield(pending)
+        self._reserving.pop(run.run_id, None)
+        if reserved:
             run.holds_slot = True
         return run.holds_slot
+
+    async def _settle_reservation(self, run: Run) -> None:
+        """Waits for a slot reservation still in flight, so that an ending run frees what it got."""
+        pending = self._reserving.pop(run.run_id, None)
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                if await asyncio.shield(pending):
+                    run.holds_slot = True
 
     def add(self, run: Run) -> None:
         """Registers a run whose leg runs here (CancelRun and scope end find it)."""
@@ -249,7 +266,8 @@ class RunRegistry:
 
     # ------------------------------------------------------------------ ends
     async def remove(self, run: Run) -> None:
-        """Forgets a terminal run and frees its slot and snapshot."""
+        """Forgets a terminal run and frees its slot and snapshot (one still being reserved too)."""
+        await self._settle_reservation(run)
         token = self._leases.pop(run.run_id, None)
         self.active.pop(run.run_id, None)
         self._hosted.pop(run.run_id, None)
@@ -266,6 +284,7 @@ class RunRegistry:
         once, so a wait on any replica resumes the run from its last park without waiting
         for the lease to expire. A run that never parked is swept.
         """
+        await self._settle_reservation(run)
         token = self._leases.pop(run.run_id, None)
         self.active.pop(run.run_id, None)
         if run.holds_slot and token is not None:

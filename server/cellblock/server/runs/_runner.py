@@ -18,9 +18,10 @@ import structlog
 from cellblock.server import messages as msg
 from cellblock.server.cells import Executor, ScopeCells, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, SOURCE_BUDGET_MS
 from cellblock.server.runs._codec import RunDecodeError
 from cellblock.server.runs._leg import Leg
-from cellblock.server.runs._output import OutputBudget
+from cellblock.server.runs._output import NotSerializableError, OutputBudget
 from cellblock.server.runs._policy import settle_yields
 from cellblock.server.runs._ports import CatalogPort, LegPorts
 from cellblock.server.runs._protocol import (
@@ -39,16 +40,14 @@ from cellblock.server.runs._protocol import (
 from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
 from cellblock.server.runs._state import Run, new_run_id, replay_id
-from cellblock.server.source import InputFailure, prepare_source, validate_exec, validate_wait
+from cellblock.server.source import InputFailure, PreparedSource, prepare_source, validate_exec, validate_wait
 from cellblock.server.telemetry import remember_exec_span
+from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 
 log = structlog.get_logger("cellblock.runs")
 
 #: Returns the scope's telemetry object (SPEC §12 item 1) at the time of the result.
 Telemetry = Callable[[], dict[str, Any]]
-
-#: A leg the service failed, or a park the store refused or failed (lease lost, store error).
-_SERVICE_FAILED = "internal error: the service failed while running this leg."
 
 
 def _abort_on_loss(ports: LegPorts) -> Callable[[str], None]:
@@ -89,12 +88,26 @@ class Runner:
         executor: Starts cells.
         registry: Suspended runs and slots.
         socket_base: Host directory for per-cell bridge socket directories.
-        pool: Warm cells, if the deployment keeps any.
+        pool: Warm cells, if any.
+        cpu: Worker processes for CPU-heavy steps (default: the process-wide pool).
+        cell_wait_ms: Bound on waiting for a cell, outside the program's budget ([R21]).
         scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``, SPEC §16.2).
     """
 
-    def __init__(self, config: CodeModeConfig, executor: Executor, registry: RunRegistry, socket_base: str, pool: WarmPool | None = None, scope_cells: ScopeCells | None = None) -> None:
+    def __init__(
+        self,
+        config: CodeModeConfig,
+        executor: Executor,
+        registry: RunRegistry,
+        socket_base: str,
+        pool: WarmPool | None = None,
+        cpu: CpuPool | None = None,
+        cell_wait_ms: int = DEFAULT_CELL_WAIT_MS,
+        scope_cells: ScopeCells | None = None,
+    ) -> None:
         self.config = config
+        self.cell_wait_ms = cell_wait_ms
+        self.cpu = cpu or cpu_pool()
         self.pool = pool
         self.scope_cells = scope_cells
         self.executor = executor
@@ -136,7 +149,6 @@ class Runner:
         loop = asyncio.get_running_loop()
         await self.registry.sweep()
         limits: Limits = self.config.limits_with_overrides(overrides)
-        deadline = loop.time() + limits.timeout_ms / 1000.0
         checked = validate_exec(
             arguments_json,
             enabled=self.config.enabled,
@@ -148,7 +160,7 @@ class Runner:
             restart = force_restart_safe
             log.warning("exec.invalid_input", reason=checked.message[:200])
             return self._input_failure(checked.message, restart, telemetry())
-        prepared = prepare_source(checked.source, checked.language)
+        prepared = await self._prepare(checked.source, checked.language)
         if isinstance(prepared, InputFailure):
             log.warning("exec.invalid_source", reason=prepared.message[:200])
             return self._input_failure(prepared.message, checked.restart_safe, telemetry())
@@ -164,11 +176,28 @@ class Runner:
             view=view,
             budget=OutputBudget(limits.max_output_bytes),
         )
+        # The leg's budget is the program's: it starts once the source is prepared (SPEC §10.2 item 2).
+        deadline = loop.time() + limits.timeout_ms / 1000.0
         self.registry.add(run)
-        remember_exec_span(run)
-        structlog.contextvars.bind_contextvars(run_id=run.run_id)
         async with self.registry.holding(run, _abort_on_loss(ports)):
-            return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
+            try:
+                remember_exec_span(run)
+                structlog.contextvars.bind_contextvars(run_id=run.run_id)
+                return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
+            except Exception as exc:  # noqa: BLE001 - every path out of a leg releases what the run holds
+                return await self._fault(run, exc, telemetry)
+
+    async def _prepare(self, source: str, language: str) -> PreparedSource | InputFailure:
+        """Prepares the source in the worker pool within its own budget (SPEC §6, [S05]/[S06])."""
+        try:
+            return await self.cpu.run(prepare_source, source, language, budget_s=SOURCE_BUDGET_MS / 1000.0, size=len(source))
+        except WorkBudgetExceeded:
+            return InputFailure(msg.s05(SOURCE_BUDGET_MS))
+        except WorkerFailed:
+            return InputFailure(msg.S06)
+        except Exception as exc:  # noqa: BLE001 - any other fault of the step also ends only this exec
+            log.error("source.fault", error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
+            return InputFailure(msg.S06)
 
     # ------------------------------------------------------------------ wait
     async def wait(
@@ -199,10 +228,13 @@ class Runner:
         if isinstance(claimed, LegReport):
             return claimed
         run, snapshot = claimed
-        if on_claim is not None:
-            on_claim(run)
         async with self.registry.holding(run, _abort_on_loss(ports)):
-            return await self._resume(run, snapshot, ports, telemetry)
+            try:
+                if on_claim is not None:
+                    on_claim(run)
+                return await self._resume(run, snapshot, ports, telemetry)
+            except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
+                return await self._fault(run, exc, telemetry)
 
     async def _resume(self, run: Run, snapshot: bytes | None, ports: LegPorts, telemetry: Telemetry) -> LegReport:
         """The wait flow once the run is claimed (SPEC §10.6 items 2-7)."""
@@ -269,6 +301,7 @@ class Runner:
             slot_cap=self.registry.cap,
             snapshot=snapshot,
             pool=self.pool,
+            cell_wait_s=self.cell_wait_ms / 1000.0,
             scope_cells=self.scope_cells,
         )
 
@@ -279,9 +312,27 @@ class Runner:
             outcome = await leg.run()
         except Exception as exc:  # noqa: BLE001 - a service fault ends the run
             log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
-            outcome = failed(ErrorCode.INTERNAL_ERROR, _SERVICE_FAILED)
+            outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
         log.debug("leg.ended", run_id=run.run_id, status=outcome.status, code=outcome.code or "", seconds=round(time.monotonic() - started, 3))
-        return await self._project(run, outcome, telemetry(), leg.accepted_output)
+        try:
+            return await self._project(run, outcome, telemetry(), leg.accepted_output)
+        except Exception as exc:  # noqa: BLE001 - a projection fault must not leave the run holding its slot
+            return await self._fault(run, exc, telemetry)
+
+    async def _fault(self, run: Run, exc: BaseException, telemetry: Telemetry) -> LegReport:
+        """Ends a run after a service fault: forgets it (freeing its slot, claim and lease) and reports [R22].
+
+        The registry's cache forgets the run even when the store cannot be reached; the
+        store's slot is then freed when the run's lease runs out (SPEC §16.1 item 4).
+        """
+        log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
+        try:
+            await self.registry.remove(run)
+        except Exception as store_exc:  # noqa: BLE001 - the cache is already clear; the lease expires
+            log.error("run.remove_failed", run_id=run.run_id, error_class=store_exc.__class__.__name__, error=str(store_exc)[:200])
+        code = ErrorCode.INTERNAL_ERROR
+        result = failed_result(error=msg.R22, code=code, failure_phase=FailurePhase.HOST, bridge_dispatch_started=run.dispatch_started, output=[], replay_safe=False, telemetry=telemetry())
+        return LegReport(result, RunStatus.FAILED, code, "", run)
 
     async def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
         budget = run.budget
@@ -292,12 +343,18 @@ class Runner:
                 log.error("run.park_failed", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200])
                 parked = False
             if not parked:
-                outcome = failed(ErrorCode.INTERNAL_ERROR, _SERVICE_FAILED)
+                outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
         if outcome.status is RunStatus.COMPLETED:
-            output = accepted + budget.end_leg()
-            value = budget.final_value(outcome.value)
-            await self.registry.remove(run)
-            return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
+            try:
+                value = budget.final_value(outcome.value)
+            except NotSerializableError as exc:
+                cell_id = outcome.cell_id
+                outcome = failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(str(exc)))
+                outcome.cell_id = cell_id
+            else:
+                output = accepted + budget.end_leg()
+                await self.registry.remove(run)
+                return LegReport(completed_result(value=value, output=output, replay_safe=run.replay_safe, telemetry=tele), RunStatus.COMPLETED, None, "", run, outcome.cell_id)
         if outcome.status is RunStatus.WAITING:
             output = accepted + budget.end_leg()
             result = waiting_result(run_id=run.run_id, pending_tool_calls=run.pending_list(), output=output, replay_safe=run.replay_safe, telemetry=tele)

@@ -25,7 +25,6 @@ from cellblock.server.runs._protocol import (
     TIMER_FIRED,
     BridgeMethod,
     Cancelled,
-    CancelReason,
     CellExited,
     ErrorCode,
     HostedSettled,
@@ -180,7 +179,7 @@ class SettleLoop:
         match event:
             case Cancelled(reason=reason):
                 self.abandon_dispatched()
-                return failed(ErrorCode.ABORTED, msg.R08 if reason is CancelReason.SCOPE else msg.R07)
+                return failed(ErrorCode.ABORTED, msg.aborted(reason))
             case ToolOutcome():
                 settled = record_tool_outcome(self.run_, event, now)
                 if settled is not None:

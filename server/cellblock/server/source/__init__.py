@@ -7,10 +7,11 @@ role: ``_input`` (exec/wait arguments, §5), ``_source`` (the preparation pipeli
 """
 
 from cellblock.server.source._input import InputFailure, validate_exec, validate_wait
-from cellblock.server.source._source import prepare_source
+from cellblock.server.source._source import PreparedSource, prepare_source
 
 __all__ = [
     "InputFailure",
+    "PreparedSource",
     "prepare_source",
     "validate_exec",
     "validate_wait",

@@ -48,13 +48,18 @@ def request_ids(request: Any) -> dict[str, str]:
     ids: dict[str, str] = {}
     scope = getattr(request, "scope", None)
     if scope is not None and scope.session_id:
-        ids["session_id"] = scope.session_id
-        ids["agent_run_id"] = scope.agent_run_id
+        ids["session_id"] = scope.session_id[:_LOGGED_ID_CHARS]
+        ids["agent_run_id"] = scope.agent_run_id[:_LOGGED_ID_CHARS]
     elif isinstance(getattr(request, "session_id", None), str) and request.session_id:
-        ids["session_id"] = request.session_id
+        ids["session_id"] = request.session_id[:_LOGGED_ID_CHARS]
     if isinstance(getattr(request, "run_id", None), str) and request.run_id:
-        ids["run_id"] = request.run_id
+        ids["run_id"] = request.run_id[:_LOGGED_ID_CHARS]
     return ids
+
+
+#: Characters of an id copied into the canonical line: the API's id cap (SPEC §2.3); a longer
+#: id is refused by the handler, and its line shows only this much of it.
+_LOGGED_ID_CHARS = 256
 
 
 def _status_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:

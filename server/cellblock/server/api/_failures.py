@@ -1,0 +1,109 @@
+"""Every failure of a ``cellblock.*`` RPC gets a documented status and message (SPEC §3.1 item 4).
+
+:class:`FailureInterceptor` wraps every handler of the public services:
+
+* a request that does not decode (invalid UTF-8 in a string field, a malformed field)
+  ends with ``INVALID_ARGUMENT`` and [A01], for unary calls and for every message
+  of a stream; grpc would otherwise answer ``UNKNOWN`` naming ``DecodeError``;
+* any other exception a handler raises (a fault of the service) is logged with its
+  class and traceback and ends with ``INTERNAL`` and [A02]: never ``UNKNOWN`` with
+  Python internals.
+
+Aborts (``context.abort``) and cancellation pass through unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf.message import DecodeError
+
+from cellblock.server import messages as msg
+
+log = structlog.get_logger("cellblock.rpc")
+
+
+class _Undecodable:
+    """Stands for a request message that did not decode."""
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except (DecodeError, UnicodeDecodeError, ValueError, RecursionError):
+            return _UNDECODABLE
+
+    return decode
+
+
+def _is_abort(exc: BaseException) -> bool:
+    return isinstance(exc, grpc.aio.AbortError) or type(exc).__name__ == "AbortError"
+
+
+async def _fail(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
+    log.error("rpc.fault", rpc=rpc, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
+    await context.abort(grpc.StatusCode.INTERNAL, msg.A02)
+
+
+class FailureInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc ships no type information
+    """Maps undecodable requests and handler faults to documented statuses (module docstring)."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = str(handler_call_details.method)
+        if handler is None or not method.startswith("/cellblock.") or method.startswith("/cellblock.bridge."):
+            return handler
+        rpc = method.rsplit("/", 1)[-1]
+        decode = _tolerant(handler.request_deserializer)
+        if handler.request_streaming and handler.response_streaming:
+            return grpc.stream_stream_rpc_method_handler(_stream(handler.stream_stream, rpc), request_deserializer=decode, response_serializer=handler.response_serializer)
+        if handler.request_streaming or handler.response_streaming:
+            return handler
+        return grpc.unary_unary_rpc_method_handler(_unary(handler.unary_unary, rpc), request_deserializer=decode, response_serializer=handler.response_serializer)
+
+
+def _unary(behavior: Any, rpc: str) -> Any:
+    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if request is _UNDECODABLE:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.A01)
+        try:
+            return await behavior(request, context)
+        except Exception as exc:
+            if _is_abort(exc):
+                raise
+            await _fail(context, exc, rpc)
+
+    return guarded
+
+
+def _stream(behavior: Any, rpc: str) -> Any:
+    async def guarded(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async def checked() -> AsyncIterator[Any]:
+            async for item in request_iterator:
+                if item is _UNDECODABLE:
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.A01)
+                yield item
+
+        try:
+            async for item in behavior(checked(), context):
+                yield item
+        except Exception as exc:
+            if _is_abort(exc):
+                raise
+            await _fail(context, exc, rpc)
+
+    return guarded

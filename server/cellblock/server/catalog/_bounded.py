@@ -1,0 +1,129 @@
+"""Bounds on evaluating contracts: linear-time patterns, a time budget, a depth cap (SPEC §2.3, §8.4).
+
+Contracts are checked on the service's shared event loop, once per nested call, against
+guest-chosen inputs, so their cost must not depend on how hostile the input is:
+
+* Patterns (``pattern``, ``patternProperties`` and the property matching of
+  ``additionalProperties``/``unevaluatedProperties``) run on RE2 (PyPI ``google-re2``),
+  whose matching time is linear in the input; Python's ``re`` backtracks exponentially
+  on patterns such as ``^(a+)+$``. jsonschema 4.26 calls ``re.search`` from its
+  ``_keywords`` and ``_utils`` modules; :func:`install` points both at :class:`LinearRe`.
+  A ``host`` schema whose patterns RE2 cannot compile (lookaround, backreferences) is
+  refused at registration (:func:`schema_problem`).
+* Every keyword evaluation checks a per-check deadline (:func:`budget`); a check that
+  overruns stops with :class:`ContractBudgetExceeded`.
+* Schemas deeper than :data:`MAX_SCHEMA_DEPTH` are refused at registration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import jsonschema._keywords
+import jsonschema._utils
+import re2
+
+from cellblock.server.limits import CONTRACT_BUDGET_MS, MAX_SCHEMA_DEPTH
+
+__all__ = ["ContractBudgetExceeded", "LinearRe", "budget", "budgeted", "install", "schema_problem"]
+
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
+
+
+class ContractBudgetExceeded(Exception):  # noqa: N818 - a condition
+    """A contract check overran :data:`CONTRACT_BUDGET_MS`."""
+
+
+class UnsupportedPatternError(ValueError):
+    """A pattern RE2 cannot compile."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> Any:
+    try:
+        return re2.compile(pattern, _OPTIONS)
+    except re2.error as exc:
+        raise UnsupportedPatternError(str(exc)) from None
+
+
+class LinearRe:
+    """The part of the ``re`` module jsonschema uses, on RE2."""
+
+    error = UnsupportedPatternError
+
+    @staticmethod
+    def search(pattern: str, string: str) -> Any:
+        """``re.search`` in linear time; raises :class:`UnsupportedPatternError` for non-RE2 syntax."""
+        return _compiled(pattern).search(string)
+
+
+def install() -> None:
+    """Points jsonschema's pattern matching at :class:`LinearRe` (idempotent)."""
+    jsonschema._keywords.re = LinearRe
+    jsonschema._utils.re = LinearRe
+
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def budget(ms: int = CONTRACT_BUDGET_MS) -> Iterator[None]:
+    """Runs the enclosed contract check under a deadline of ``ms`` milliseconds."""
+    previous = getattr(_local, "deadline", None)
+    _local.deadline = time.monotonic() + ms / 1000.0
+    try:
+        yield
+    finally:
+        _local.deadline = previous
+
+
+KeywordFn = Callable[[Any, Any, Any, Any], Any]
+
+
+def budgeted(keyword: KeywordFn) -> KeywordFn:
+    """Wraps a jsonschema keyword so that each evaluation first checks the deadline."""
+
+    def check(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        deadline = getattr(_local, "deadline", None)
+        if deadline is not None and time.monotonic() > deadline:
+            raise ContractBudgetExceeded
+        errors = keyword(validator, value, instance, schema)
+        if errors is not None:
+            yield from errors
+
+    return check
+
+
+def schema_problem(schema: object, *, patterns: bool = True) -> str | None:
+    """Why a schema cannot be registered under these bounds, or ``None``.
+
+    Walks the schema iteratively (no recursion limit): deeper than
+    :data:`MAX_SCHEMA_DEPTH`, or (with ``patterns``, for compiled ``host`` schemas) a
+    ``pattern``/``patternProperties`` key RE2 cannot compile.
+    """
+    stack: list[tuple[object, int]] = [(schema, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_SCHEMA_DEPTH:
+            return f"nesting is deeper than {MAX_SCHEMA_DEPTH} levels"
+        if isinstance(node, Mapping):
+            found = [node["pattern"]] if patterns and isinstance(node.get("pattern"), str) else []
+            props = node.get("patternProperties")
+            if patterns and isinstance(props, Mapping):
+                found += [key for key in props if isinstance(key, str)]
+            for pattern in found:
+                try:
+                    _compiled(pattern)
+                except UnsupportedPatternError:
+                    return f"pattern {pattern[:200]!r} uses regex syntax outside the linear-time engine (lookaround or backreference)"
+            stack.extend((value, depth + 1) for value in node.values())
+        elif isinstance(node, list):
+            stack.extend((value, depth + 1) for value in node)
+    return None

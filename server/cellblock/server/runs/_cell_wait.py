@@ -1,0 +1,123 @@
+"""Waiting for a leg's cell, bounded on its own and outside the program's budget (SPEC §10.2 item 3, [R21]).
+
+A fresh cell's start and its attach share one bound (``CELLBLOCK_CELL_WAIT_MS``). A start
+that outlives the bound is not abandoned: the cell is removed once the engine has started
+it, so a slow engine leaks no cells or socket directories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from typing import Any
+
+from structlog.typing import FilteringBoundLogger
+
+from cellblock.server import messages as msg
+from cellblock.server.cells import Cell, CellBridge, CellSpec, CellStartError, Executor
+from cellblock.server.runs._protocol import Cancelled, CellExited, ErrorCode, LegOutcome, failed
+from cellblock.server.runs._settle import SettleLoop
+
+#: Cells whose start outlived their leg's wait; kept referenced until removed.
+_LATE_STARTS: set[asyncio.Task[Any]] = set()
+
+
+def remove_when_started(starting: asyncio.Future[Cell], bridge_dir: str) -> None:
+    """Removes a cell whose start finishes after its leg gave up waiting (no cell leaks).
+
+    The engine recreates a missing bind-mount source, so the bridge directory is removed
+    again once the cell is gone.
+    """
+
+    async def reap() -> None:
+        with contextlib.suppress(Exception):
+            cell = await starting
+            await cell.remove()
+        shutil.rmtree(bridge_dir, ignore_errors=True)
+
+    task = asyncio.ensure_future(reap())
+    _LATE_STARTS.add(task)
+    task.add_done_callback(_LATE_STARTS.discard)
+
+
+def wait_exceeded(log: FilteringBoundLogger, phase: str, cell_wait_s: float) -> LegOutcome:
+    """The [R21] outcome of a leg whose cell was not ready within the cell wait."""
+    log.warning("cell.wait_exceeded", phase=phase)
+    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r21(int(cell_wait_s * 1000)))
+
+
+async def start_cell(executor: Executor, spec: CellSpec, wait_until: float, cell_wait_s: float, log: FilteringBoundLogger) -> Cell | LegOutcome:
+    """Starts a fresh cell, waiting at most until ``wait_until`` (``loop.time()``).
+
+    Returns:
+        The started cell, or the leg's failed outcome: [R21] when the wait ran out
+        (the cell is removed once it starts), [R11] when the engine refused it.
+    """
+    loop = asyncio.get_running_loop()
+    starting = asyncio.ensure_future(executor.start(spec))
+    try:
+        done, _ = await asyncio.wait({starting}, timeout=max(0.0, wait_until - loop.time()))
+    except asyncio.CancelledError:
+        remove_when_started(starting, spec.bridge_dir)
+        raise
+    if not done:
+        remove_when_started(starting, spec.bridge_dir)
+        return wait_exceeded(log, "start", cell_wait_s)
+    try:
+        return starting.result()
+    except CellStartError as exc:
+        log.error("cell.start_failed", reason=str(exc))
+        return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(str(exc)))
+
+
+async def await_attach(leg: SettleLoop, attached: asyncio.Future[object], wait_until: float, cell_wait_s: float, log: FilteringBoundLogger) -> LegOutcome | None:
+    """Waits until ``wait_until`` for the cell to authenticate, exit, or the caller to cancel.
+
+    Other events wait on the leg's queue for its settle loop (:meth:`SettleLoop.hold_events_until`).
+
+    Returns:
+        ``None`` once attached, else the leg's failed outcome ([R21], [R12]/[R13], aborted).
+    """
+    try:
+        first = await leg.hold_events_until(attached, max(0.0, wait_until - asyncio.get_running_loop().time()))
+    except TimeoutError:
+        return wait_exceeded(log, "attach", cell_wait_s)
+    match first:
+        case CellExited(code=code):
+            log.error("cell.exited_before_attach", exit_code=code)
+            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r12(code) if code else msg.R13)
+        case Cancelled(reason=reason):
+            return failed(ErrorCode.ABORTED, msg.aborted(reason))
+    return None
+
+
+async def fresh_cell(
+    executor: Executor,
+    socket_base: str,
+    cell_id: str,
+    memory_limit_bytes: int,
+    wait_until: float,
+    cell_wait_s: float,
+    log: FilteringBoundLogger,
+) -> tuple[CellBridge, Cell] | LegOutcome:
+    """Opens a bridge socket directory under ``socket_base`` and starts a fresh cell on it.
+
+    Returns:
+        The bridge and the started cell, or the leg's failed outcome ([R11], [R21]); on a
+        failure the bridge is closed here.
+    """
+    try:
+        bridge = await executor.open_bridge(socket_base)
+    except OSError as exc:
+        return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(f"the bridge socket could not be created ({exc.__class__.__name__})"))
+    spec = CellSpec(cell_id=cell_id, bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=memory_limit_bytes)
+    try:
+        started = await start_cell(executor, spec, wait_until, cell_wait_s, log)
+    except BaseException:
+        await bridge.close()
+        raise
+    if isinstance(started, LegOutcome):
+        await bridge.close()
+        return started
+    return bridge, started

@@ -1,0 +1,123 @@
+"""One tenant's CPU-heavy request never freezes the others (issue 11 item 1).
+
+Each case sends one hostile request to the real service (real Docker cells) and, while
+it is processed, probes the service from another scope with trivial RPCs: every probe
+must answer quickly. Before the fix the event loop ran source preparation (5 s per MB),
+metaschema checks (17 s for a 1.7 MB schema) and backtracking patterns (``^(a+)+$``)
+itself, and the probes waited seconds. The bound is loose (a loaded 2-core machine);
+the rule the code keeps is 20 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+import grpc
+import pytest
+
+from cellblock.client import CellblockClient, CellblockError, Scope, Tool
+from cellblock.v1 import catalog_service_pb2 as pb
+from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
+from cellblock.v1 import common_pb2
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+#: Slowest answer a probe may get while a hostile request runs (catches a frozen loop only).
+PROBE_BOUND_S = 1.5
+
+
+async def _probe_while(client: CellblockClient, probe_scope: Scope, work: Awaitable[Any]) -> tuple[Any, float, int]:
+    """Runs ``work`` while probing; returns its result, the slowest probe in seconds, and the probe count."""
+    await client.put_catalog(probe_scope, [Tool(source="host", owner="core", name="noop")])
+    task = asyncio.ensure_future(work)
+    worst, probes = 0.0, 0
+    while not task.done():
+        started = time.monotonic()
+        await client.tool_surface(probe_scope, "anthropic/claude-opus-5")
+        worst = max(worst, time.monotonic() - started)
+        probes += 1
+        await asyncio.sleep(0.02)
+    try:
+        result = task.result()
+    except CellblockError as exc:
+        result = exc
+    return result, worst, probes
+
+
+def _other(scope: Scope) -> Scope:
+    return Scope(session_id=scope.session_id + "-probe", agent_run_id=scope.agent_run_id)
+
+
+async def test_a_huge_program_fails_its_own_leg_and_the_loop_stays_free(client: CellblockClient, scope: Scope) -> None:
+    # Just under the 1 MB program limit: about 5 s of preparation, which once froze every tenant.
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
+    code = "a;" * (1000 * 512)
+    result, worst, probes = await _probe_while(client, _other(scope), client.exec(scope, tool_call_id="huge", code=code, handlers={}))
+    if result.status == "failed" and result.failure_phase == "input":
+        assert result.error.startswith("source preparation took longer than its 5000 ms budget"), result.error
+    else:  # prepared within its budget: the program itself runs (and ends) in its cell
+        assert result.code in ("", "timeout", "internal_error"), result.raw_json
+    assert probes >= 3 and worst < PROBE_BOUND_S, (probes, worst)
+
+
+async def test_a_backtracking_pattern_cannot_freeze_the_loop(client: CellblockClient, scope: Scope) -> None:
+    tool = Tool(source="host", owner="core", name="match", parameters={"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}})
+    await client.put_catalog(scope, [tool])
+    code = """
+        const out = [];
+        for (let n = 20; n < 40; n++) {
+          try { await tools.callValue("host:core:match", {s: "a".repeat(n) + "!"}); out.push("called"); }
+          catch (e) { out.push(e.code); }
+        }
+        return out;
+    """
+    result, worst, _ = await _probe_while(client, _other(scope), client.exec(scope, tool_call_id="regex", code=code, handlers={}))
+    assert result.status == "completed" and result.value == ["input_contract"] * 20, result.raw_json
+    assert worst < PROBE_BOUND_S, worst
+
+
+async def test_patterns_outside_the_linear_engine_are_refused_at_registration(client: CellblockClient, scope: Scope) -> None:
+    tool = Tool(source="host", owner="core", name="look", parameters={"type": "string", "pattern": "^(?=a)a+$"})
+    with pytest.raises(CellblockError, match="outside the linear-time engine"):
+        await client.put_catalog(scope, [tool])
+
+
+def _wide_schema(properties: int) -> dict[str, Any]:
+    return {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 20, "minLength": 1} for i in range(properties)}}
+
+
+async def test_a_huge_trusted_schema_is_checked_off_the_loop(client: CellblockClient, scope: Scope) -> None:
+    # About 1.5 MB: its metaschema check took 17 s on the loop; now it runs in a worker process.
+    schema = _wide_schema(20_000)
+    put = client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=schema)])
+    result, worst, probes = await _probe_while(client, _other(scope), put)
+    assert not isinstance(result, Exception) or "budget" in str(result), result
+    assert probes >= 2 and worst < PROBE_BOUND_S, (probes, worst)
+
+
+async def test_a_huge_untrusted_schema_does_not_slow_every_exec_of_its_scope(client: CellblockClient, scope: Scope) -> None:
+    # An mcp schema of about 1.5 MB: its declarations are rendered once per registration, in a worker.
+    await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=_wide_schema(20_000))])
+    for n in range(3):
+        started = time.monotonic()
+        result, worst, _ = await _probe_while(client, _other(scope), client.exec(scope, tool_call_id=f"x{n}", code="return 1", handlers={}))
+        assert result.status == "completed", result.raw_json
+        assert worst < PROBE_BOUND_S and time.monotonic() - started < 10, worst
+
+
+@pytest.mark.parametrize("source", [common_pb2.TOOL_SOURCE_HOST, common_pb2.TOOL_SOURCE_MCP])
+@pytest.mark.parametrize("depth", [300, 100_000])
+async def test_a_schema_nested_past_the_cap_is_refused_with_its_reason(service: Any, scope: Scope, source: int, depth: int) -> None:
+    schema_json = '{"items":' * depth + "{}" + "}" * depth
+    tool = pb.Tool(source=source, owner="core", name="deep", parameters_json=schema_json)
+    request = pb.PutCatalogRequest(scope=common_pb2.Scope(session_id=scope.session_id, agent_run_id=scope.agent_run_id), tools=[tool])
+    async with grpc.aio.insecure_channel(service.address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await pb_grpc.CatalogServiceStub(channel).PutCatalog(request)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = raised.value.details() or ""
+    assert details.startswith("tool 0"), details
+    assert details.endswith(("parameters is not a valid JSON Schema: nesting is deeper than 128 levels", "parameters_json is nested too deeply (at most 128 levels)")), details
