@@ -21,7 +21,7 @@ import pytest_asyncio
 
 from cellblock.client import CellblockClient, LimitOverrides, RunResult, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
-from tests.support.cells import IMAGE, OCI_RUNTIME, TIME_SCALE
+from tests.support.cells import IMAGE, OCI_RUNTIME, TIME_SCALE, cell_dirs, state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -34,7 +34,7 @@ async def _reuse_service(socket_dir: str, **overrides: Any) -> Service:
     options: dict[str, Any] = {"cell_max_legs": MAX_LEGS, "cell_idle_s": IDLE_S, **overrides}
     settings = ServerSettings(
         address="127.0.0.1:0", executor="docker", image=IMAGE, oci_runtime=OCI_RUNTIME, warm_pool=1, code_mode={"enabled": True, "timeoutMs": 8000},
-        socket_dir=socket_dir, store="memory:", cell_reuse="scope", **options,
+        socket_dir=socket_dir, state_dir=state_dir_in(socket_dir), store="memory:", cell_reuse="scope", **options,
     )
     return await start_service(settings)
 
@@ -47,7 +47,7 @@ async def reuse(docker_client: docker.DockerClient) -> AsyncIterator[Service]:
         yield service
         await service.stop()
         assert service.executor.list_cell_containers() == []  # type: ignore[attr-defined]
-        assert os.listdir(sockets) == []
+        assert cell_dirs(sockets) == []
 
 
 @pytest_asyncio.fixture(loop_scope="session")

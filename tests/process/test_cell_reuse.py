@@ -22,17 +22,18 @@ from cellblock.client import CellblockClient, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import CellBridge, ProcessExecutor
 from tests.process.conftest import SUPPORT
+from tests.support.cells import cell_dirs, state_dir_in
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
 
 async def _reuse_service(executor: ProcessExecutor, **overrides: int) -> AsyncIterator[Service]:
     with tempfile.TemporaryDirectory(prefix="cellblock-process-reuse-") as sockets:
-        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, store="memory:", cell_reuse="scope", **overrides)
+        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets), store="memory:", cell_reuse="scope", **overrides)
         service = await start_service(settings, executor=executor)
         yield service
         await service.stop()
-        assert os.listdir(sockets) == []
+        assert cell_dirs(sockets) == []
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -143,7 +144,8 @@ async def test_invalid_reuse_settings_stop_the_start(env: dict[str, str]) -> Non
 
 async def test_a_service_with_invalid_reuse_does_not_start() -> None:
     with pytest.raises(ValueError, match="CELLBLOCK_CELL_REUSE"):
-        await start_service(ServerSettings(address="127.0.0.1:0", executor="process", store="memory:", cell_reuse="sometimes"))
+        with tempfile.TemporaryDirectory(prefix="cellblock-process-reuse-") as sockets:
+            await start_service(ServerSettings(address="127.0.0.1:0", executor="process", socket_dir=sockets, state_dir=state_dir_in(sockets), store="memory:", cell_reuse="sometimes"))
 
 
 async def test_the_default_is_leg() -> None:

@@ -8,7 +8,6 @@ same with Docker cells.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import AsyncIterator
 
@@ -18,6 +17,7 @@ import pytest_asyncio
 from cellblock.client import CellblockClient, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import Cell, CellSpec, ProcessExecutor
+from tests.support.cells import cell_dirs, state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -39,10 +39,10 @@ class _RecordingProcessExecutor(ProcessExecutor):
 async def process_service() -> AsyncIterator[tuple[Service, _RecordingProcessExecutor, str]]:
     with tempfile.TemporaryDirectory() as sockets:
         executor = _RecordingProcessExecutor()
-        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets), executor=executor)
+        svc = await start_service(ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets)), executor=executor)
         yield svc, executor, sockets
         await svc.stop()
-        assert os.listdir(sockets) == [], "every socket directory is removed by the time the service stopped"
+        assert cell_dirs(sockets) == [], "every socket directory is removed by the time the service stopped"
 
 
 async def test_the_reply_does_not_wait_for_removal_and_removal_completes(process_service: tuple[Service, _RecordingProcessExecutor, str]) -> None:
@@ -59,4 +59,4 @@ async def test_the_reply_does_not_wait_for_removal_and_removal_completes(process
     for cell_id in ids:
         proc = executor.cells[cell_id]._proc  # type: ignore[attr-defined]
         assert proc.returncode is not None, "the agent process is gone once its removal completed"
-    assert os.listdir(sockets) == [], "no socket directory outlives its cell's removal"
+    assert cell_dirs(sockets) == [], "no socket directory outlives its cell's removal"
