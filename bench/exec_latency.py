@@ -53,7 +53,11 @@ async def _echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
 
 
 async def _service(sockets: str, warm_pool: int, cell_reuse: str = "leg") -> Service:
-    settings = ServerSettings(address="127.0.0.1:0", image=baselines.IMAGE, code_mode={"enabled": True}, socket_dir=sockets, warm_pool=warm_pool, cell_reuse=cell_reuse)
+    # Each service its own socket and state directory (an instance locks both).
+    own = tempfile.mkdtemp(prefix="service-", dir=sockets)
+    settings = ServerSettings(
+        address="127.0.0.1:0", image=baselines.IMAGE, code_mode={"enabled": True}, socket_dir=own, state_dir=os.path.join(own, "state"), warm_pool=warm_pool, cell_reuse=cell_reuse
+    )
     return await start_service(settings)
 
 

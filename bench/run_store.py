@@ -112,7 +112,8 @@ async def store_ops(url: str, snapshot: bytes) -> tuple[list[float], list[float]
 async def end_to_end(url: str) -> tuple[list[float], list[float], int]:
     parks, resumes, sizes = [], [], []
     with tempfile.TemporaryDirectory(prefix="cellblock-bench-") as sockets:
-        service = await start_service(ServerSettings(address="127.0.0.1:0", image=IMAGE, code_mode={"enabled": True}, socket_dir=sockets, store=url))
+        settings = ServerSettings(address="127.0.0.1:0", image=IMAGE, code_mode={"enabled": True}, socket_dir=sockets, state_dir=os.path.join(sockets, "state"), store=url)
+        service = await start_service(settings)
         try:
             async with await CellblockClient.connect(service.address) as client:
                 scope = Scope(session_id="bench-e2e", agent_run_id="bench")
