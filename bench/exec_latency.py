@@ -38,7 +38,7 @@ ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
 SLOW_ROUNDS = max(3, ROUNDS // 2)
 CLIENTS = 16
 RUNS = 64
-DOCKER_RUNS = 32
+DOCKER_RUNS = 16
 NESTED100 = "let s = 0; for (let i = 0; i < 100; i++) { s += (await tools.echo({ n: i })).n; } return s;"
 STATE = "const rows = Array.from({length: 2000}, (_, i) => ({id: i, name: 'row ' + i}));"
 SUSPENDS = STATE + " const y = await yield_control('bench'); return rows.length + (y.status === 'yielded' ? 1 : 0);"
@@ -176,7 +176,7 @@ async def _throughput(service: Service, sockets: str, report: Report) -> dict[st
         rates["scope"] = await _cellblock_throughput(scoped, report, "scope")
     finally:
         await scoped.stop()
-    # The Docker-per-run rows take seconds per run: two waves of the same 16 clients.
+    # The Docker-per-run rows take seconds per run: one run from each of the same 16 clients.
     samples, rates["llm-sandbox"] = await _concurrent(lambda c: asyncio.to_thread(baselines.llm_sandbox_run), DOCKER_RUNS)
     report.add("throughput", "llm-sandbox (Docker per run, node)", samples, f"{rates['llm-sandbox']:.2f} runs/s")
     samples, rates["docker"] = await _concurrent(lambda c: asyncio.to_thread(baselines.docker_run_baseline), DOCKER_RUNS)
