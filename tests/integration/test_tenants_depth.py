@@ -20,7 +20,8 @@ from cellblock.v1 import common_pb2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-DEPTHS = [500, 100_000]
+# 3000: the guest serialises it, the host's own JSON parser (recursion limit) cannot.
+DEPTHS = [500, 3000, 100_000]
 NEST = "let v = 0; for (let i = 0; i < %d; i++) v = [v]; "
 
 
@@ -56,7 +57,7 @@ async def test_a_deep_tool_input_is_refused_to_the_guest(client: CellblockClient
 
     code = NEST % depth + 'try { await tools.callValue("host:core:echo", {v}); return "called"; } catch (e) { return "refused: " + e.message; }'
     result = await _exec(client, scope, code, {"echo": echo})
-    if depth == 500:
+    if depth < 100_000:
         # The guest serialises it; the host refuses it with [B23] and calls nothing.
         assert result.status == "completed", result.raw_json
         assert result.value == "refused: this callValue request is nested too deeply for the bridge; send flatter data.", result.value
@@ -92,6 +93,9 @@ async def test_deep_output_is_bounded(client: CellblockClient, scope: Scope, dep
     assert result.status in ("completed", "failed"), result.raw_json
     if result.status == "failed":
         assert result.code != "internal_error" or "service failed" not in result.error, result.raw_json
+    if depth < 100_000:
+        # Serialised by the guest, too deep for the host: the entry is dropped, the leg carries on.
+        assert (result.status, result.value) == ("completed", 1), result.raw_json
     await _no_run_left(client, scope)
 
 
@@ -136,3 +140,33 @@ async def test_invalid_utf8_in_a_unary_request_is_invalid_argument(service: Any,
             await call(body)
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value
     assert raised.value.details() == "the request message could not be decoded (a string field is not valid UTF-8, or a field is malformed)."
+
+
+async def test_an_undecodable_message_mid_stream_ends_the_leg_and_parks_nothing(service: Any, client: CellblockClient, scope: Scope) -> None:
+    # The runtime answers the program's tool call with a ToolResult whose nested_call_id is not UTF-8.
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
+    start = cpb.ExecRequest(start=cpb.ExecStart(scope=common_pb2.Scope(session_id=scope.session_id, agent_run_id=scope.agent_run_id), tool_call_id="mid", arguments_json='{"code":"await tools.callValue(\\"host:core:echo\\", {}); return 1"}'))
+    bad = b"\x12\x04\x0a\x02\xff\xfe"  # ExecRequest.tool_result (2) { nested_call_id (1): 0xff 0xfe }
+    queue: asyncio.Queue[bytes] = asyncio.Queue()
+    await queue.put(start.SerializeToString())
+
+    async def requests() -> Any:
+        while True:
+            yield await queue.get()
+
+    started = asyncio.get_running_loop().time()
+    async with grpc.aio.insecure_channel(service.address) as channel:
+        call = channel.stream_stream("/cellblock.v1.CodeModeService/Exec", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            async for _ in call(requests()):
+                await queue.put(bad)  # the ToolCall arrived
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value
+    # The leg ends at once (its deadline is 10 s away) and leaves no run behind: none parked, none running.
+    for _ in range(50):
+        runs = (await client.list_runs(scope)).runs
+        if not runs and service.state.admission.running == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert runs == [], runs
+    assert service.state.admission.running == 0
+    assert asyncio.get_running_loop().time() - started < 7  # the leg's deadline is 8 s (conftest)

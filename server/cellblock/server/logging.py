@@ -109,6 +109,9 @@ class RepeatLimiter:
         raise structlog.DropEvent
 
 
+_DICT_TRACEBACKS = structlog.processors.ExceptionRenderer(structlog.tracebacks.ExceptionDictTransformer(show_locals=False))
+
+
 def configure_logging(level: int = logging.INFO) -> None:
     """Configures structlog and routes stdlib logging (grpc, docker) through it."""
     shared: list[structlog.types.Processor] = [
@@ -120,11 +123,12 @@ def configure_logging(level: int = logging.INFO) -> None:
     ]
     renderer: structlog.types.Processor
     if sys.stderr.isatty():
-        renderer = structlog.dev.ConsoleRenderer()
+        renderer = structlog.dev.ConsoleRenderer(exception_formatter=structlog.dev.RichTracebackFormatter(show_locals=False))
     else:
         renderer = structlog.processors.JSONRenderer()
     structlog.configure(
-        processors=[*shared, structlog.processors.dict_tracebacks, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # Tracebacks without frame locals: a leg's locals hold guest output, tool inputs and source (SPEC §13 item 7).
+        processors=[*shared, _DICT_TRACEBACKS, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.make_filtering_bound_logger(level),
         cache_logger_on_first_use=True,

@@ -209,3 +209,19 @@ def test_api_helpers_answer_in_the_guest() -> None:
     assert one["note"] == "Call MCP.memory.<tool>({ ... }) with one object argument; pass { schema: true } to include JSON Schemas."
     assert got["byPath"] == ["tool", "resources.read"]
     assert got["miss"] == 'MCP.memory has no tool matching "nope"; call MCP.memory.$api() to list its tools.'
+
+
+def test_host_data_copies_ignore_a_guest_to_json_on_the_prototypes() -> None:
+    # Schemas, defaults and the server list are copied from JSON made before user code ran (SPEC §8.1 item 5).
+    status, sent = run(
+        'Object.prototype.toJSON = Array.prototype.toJSON = function () { return "tampered"; };'
+        ' const one = await MCP.memory.$api("create_entities", { schema: true }); const root = await MCP.$api();'
+        " await MCP.memory.createEntities({ entities: [] });"
+        " delete Object.prototype.toJSON; delete Array.prototype.toJSON;"
+        " return { schema: one.schemas.createEntities, servers: root.servers.length };",
+        answer=lambda method, args: (True, {"ok": True}),
+    )
+    assert status["phase"] == "fulfilled", status
+    assert json.loads(status["valueJson"]) == {"schema": TOOLS[1]["parameters"], "servers": 2}
+    request = [i for i in sent if i[0] == "request"][0]
+    assert json.loads(request[3])[2]["mode"] == "strict", "the default is the host's value, not the guest's toJSON"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import time
 from collections.abc import Callable
 
 import pytest
@@ -236,3 +237,23 @@ async def test_a_schema_newer_than_the_code_is_refused(open_store: Callable[...,
     await s.close()
     with pytest.raises(StoreUnavailableError, match="newer than this cellblock"):
         await open_store().open()
+
+
+async def test_an_operation_cancelled_as_its_transaction_begins_leaves_the_store_usable(store: RunStore) -> None:
+    # A leg's stream cancelled by its client may cancel a store call at any await, also while the
+    # transaction's BEGIN is still running on the store's thread: it must not stay open.
+    # Cancelled at every point of the first awaits, on the loop and on the store's thread.
+    for delay in (0, 0, 0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005):
+        for ticks in range(3):
+            task = asyncio.create_task(store.sweep())
+            for _ in range(ticks):
+                await asyncio.sleep(0)
+            if delay:
+                time.sleep(delay)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+    await _parked(store, "run_after_cancel")
+    assert (await store.counts())[0] == 1

@@ -270,3 +270,32 @@ def test_span_record_of_a_dedicated_provider() -> None:
     (finished,) = memory.get_finished_spans()
     record = span_record(finished)
     assert record["trace_id"] == trace_id and record["status"] == "UNSET" and record["end_ns"] >= record["start_ns"]
+
+
+def test_logged_tracebacks_carry_no_frame_locals(capsys: pytest.CaptureFixture[str]) -> None:
+    # A leg's frames hold guest output, tool inputs and source; a traceback in the log must not copy them.
+    import logging  # noqa: PLC0415
+
+    import structlog  # noqa: PLC0415
+
+    from cellblock.server.logging import configure_logging  # noqa: PLC0415
+
+    saved, root = structlog.get_config(), logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        configure_logging()
+
+        def leg(entry_json: str) -> None:
+            raise RecursionError("too deep")
+
+        try:
+            leg(INPUT_MARKER)
+        except RecursionError:
+            structlog.get_logger("t").exception("leg.fault")
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:], root.level = handlers, level
+    record = json.loads(line)
+    assert record["exception"][0]["frames"], record  # the stack is still there
+    assert INPUT_MARKER not in line

@@ -26,7 +26,7 @@ import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
-from cellblock.guest._vm import CellVM, Outbox, VMPoisonedError, engine_build_id
+from cellblock.guest._vm import CellVM, ControllerFaultError, Outbox, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
 #: ``host:port`` of the replica's bridge port (Kubernetes); when set, the agent
@@ -49,6 +49,8 @@ WATCHDOG_GRACE_S = 0.75
 HOST_SILENCE_GRACE_S = 30.0
 #: How the engine reports a refused allocation (an uncaught one ends as R09).
 _ENGINE_OOM = "InternalError: out of memory"
+#: The guest error of a leg whose controller call threw (SPEC §8.1 item 5).
+CONTROLLER_FAULT = "Error: the program changed a built-in the cell runtime relies on, and the runtime could not continue ({})."
 _REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE, "namespace_arguments": pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS}
 
 
@@ -232,6 +234,11 @@ class Leg:
             self._flush(vm, salvage=True)
             kinds = {"interrupted": pb.FAILURE_KIND_INTERRUPTED, "memory": pb.FAILURE_KIND_MEMORY, "trap": pb.FAILURE_KIND_ENGINE_TRAP}
             return pb.LegEnd(failed=pb.Failed(kind=kinds[exc.kind], message=exc.detail))
+        except ControllerFaultError as exc:
+            # Guest code broke something the controller relies on: the
+            # program's own error, not a cell fault (SPEC §8.1 item 5).
+            self._flush(vm, salvage=True)
+            return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=json.dumps(CONTROLLER_FAULT.format(exc.head))))
 
     def _step(self, fn: Any) -> Any:
         """Runs one VM step under the watchdog (armed only while guest code runs)."""

@@ -11,8 +11,8 @@ crossings that shape needs, with a ``this`` value and out/argv slots allocated
 once per VM.
 
 Uses quickjs-rs internals (pinned 0.2.6, like ``_vm``): the instance's raw
-export call ``c``, ``alloc_write``, ``read_i32``, ``take_result`` and
-``take_exception``. Errors are raised as quickjs-rs would raise them, so the
+export call ``c``, ``alloc_write``, ``read_i32``, ``take_result``,
+``take_exception`` and the context's ``_classify_jserror``. Errors are raised as quickjs-rs would raise them, so the
 VM's guard classifies them the same way (JS error, trap, out of memory).
 """
 
@@ -32,10 +32,12 @@ class ControllerCalls:
     """Calls a controller method with at most one string argument.
 
     Args:
-        inst: The VM's quickjs-rs wasm instance (``Context._engine_ctx._inst``).
+        ctx: The VM's quickjs-rs context (its instance is ``ctx._engine_ctx._inst``).
     """
 
-    def __init__(self, inst: Any) -> None:
+    def __init__(self, ctx: Any) -> None:
+        self._ctx = ctx
+        inst = ctx._engine_ctx._inst
         self._inst = inst
         self._c = inst.c
         self._undefined = int(inst.c("new_undefined"))
@@ -54,7 +56,8 @@ class ControllerCalls:
             The result text, or ``None`` when ``result`` is False.
 
         Raises:
-            JSError: The call threw (built from the pending exception).
+            quickjs_rs.JSError: The call threw (classified as ``Handle.call`` does:
+                ``InterruptError``, ``MemoryLimitError``, ...).
             RuntimeError: ``result`` is set and the text cannot be read.
         """
         inst, c = self._inst, self._c
@@ -75,7 +78,11 @@ class ControllerCalls:
             if argc:
                 c("free_value", arg)
         if status == _STATUS_JS_ERROR:
-            raise inst.take_exception()
+            # The public class quickjs-rs's Handle.call would raise (interrupt,
+            # out of memory, JS error), so the VM's guard classifies it alike.
+            name, message, stack = inst.take_exception().args
+            classified = self._ctx._classify_jserror(name, message, stack, None)
+            raise classified from classified.__cause__
         if status != _STATUS_OK:
             raise JSError("Error", f"call status={status}", None)
         handle = inst.read_i32(self._out)

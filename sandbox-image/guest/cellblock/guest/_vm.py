@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import secrets
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -30,10 +29,9 @@ USER_FILE = "cellblock:user.js"
 # line 1 shift by its length.
 _WRAPPER_PREFIX = "(async function __cellblock_main() {"
 _WRAPPER_SUFFIX = "\n})"
-_CTRL_GLOBAL = "__cellblock_controller_"
-#: Leads every snapshot this guest writes: magic, then the length and name of
-#: the global the controller was parked on, then the zlib-compressed VM image.
-_SNAPSHOT_MAGIC = b"CBS1"
+#: Leads every snapshot this guest writes: magic, then the controller's handle
+#: (4 bytes, big-endian), then the zlib-compressed VM image.
+_SNAPSHOT_MAGIC = b"CBS2"
 #: Linear memory allowed above ``memoryLimitBytes`` (static data, stack, the
 #: allocator's slack), in bytes.
 WASM_HEADROOM_BYTES = 8 * 1024 * 1024
@@ -50,6 +48,23 @@ class VMPoisonedError(Exception):
         super().__init__(f"{kind}: {detail}")
         self.kind = kind
         self.detail = detail
+
+
+class ControllerFaultError(Exception):
+    """A controller call threw instead of answering.
+
+    The controller captures every built-in it uses before user code runs, so
+    only guest tampering the controller did not foresee can cause this: the
+    leg then ends as the program's own error, never as a cell fault (SPEC
+    §8.1 item 5).
+
+    Attributes:
+        head: ``<name>: <message>`` of the thrown value, at most 200 characters.
+    """
+
+    def __init__(self, head: str) -> None:
+        super().__init__(head)
+        self.head = head
 
 
 @dataclass
@@ -209,17 +224,13 @@ class CellVM:
         self._ctrl: quickjs_rs.Handle | None = None
         self._factory: quickjs_rs.Handle | None = None
         self._methods: dict[str, quickjs_rs.Handle] = {}
-        self._calls = ControllerCalls(self._instance)
+        self._calls = ControllerCalls(self._ctx)
 
     @classmethod
     def prepared(cls, *, memory_limit_bytes: int) -> CellVM:
-        """A VM made ahead of its leg, with the controller source already evaluated.
+        """A VM made ahead of its leg (engine, callbacks, controller factory); no leg, no guest code in it yet.
 
-        Everything here is the same for every leg (engine instance, host
-        callbacks, the compiled controller factory); nothing of a leg is in it
-        yet, and no guest code has run. :meth:`install` then only calls the
-        factory with the leg's configuration. The deadline is set when the
-        leg starts (``vm.deadline``); until then no guest code can run.
+        :meth:`install` then only calls the factory; the leg sets ``vm.deadline`` when it starts.
         """
         vm = cls(memory_limit_bytes=memory_limit_bytes, deadline=time.monotonic() + 3600.0)
         vm._factory = vm._guard(lambda: vm._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
@@ -236,17 +247,20 @@ class CellVM:
         """Evaluates the controller with ``config`` and keeps its handle."""
         config = dict(config, wrapperPrefix=_WRAPPER_PREFIX, wrapperSuffix=_WRAPPER_SUFFIX)
         factory = self._factory
-        if factory is None:
-            factory = self._guard(lambda: self._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
         self._factory = None
-        self._ctrl = self._guard(lambda: factory.call(json.loads(json.dumps(config))))
+        try:
+            if factory is None:
+                factory = self._guard(lambda: self._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
+            self._ctrl = self._guard(lambda: factory.call(json.loads(json.dumps(config))))
+        except ControllerFaultError as exc:
+            # No guest code has run yet: this is the cell's own fault.
+            raise RuntimeError(f"the controller did not install ({exc.head})") from None
 
     def start(self, source: str) -> None:
         """Compiles the user's program and starts it.
 
         Raises:
-            quickjs_rs.JSError: The source does not compile (host-side source
-                preparation normally catches this first).
+            ControllerFaultError: The controller threw (guest tampering).
             VMPoisonedError: The VM was interrupted, ran out of memory or trapped.
         """
         self._guard(lambda: self._controller("start").call(source))
@@ -283,28 +297,20 @@ class CellVM:
         return int(self._instance.mem.data_len(self._instance.store))
 
     def status(self) -> dict[str, Any]:
-        """Returns the controller's view of the leg (phase, host work, ...)."""
-        text = self._guard(lambda: self._controller("statusJson").call().to_python())
-        value = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(value, dict):
-            raise RuntimeError("the controller returned an invalid status")
-        return value
+        """Returns the controller's view of the leg (phase, host work, ...); absent fields are left out."""
+        return _reply(self._guard(lambda: self._controller("status").call().to_python()), _STATUS_FIELDS)
 
     def report(self) -> tuple[Outbox, dict[str, Any]]:
         """Takes the outbox and reads the status in one controller call (:meth:`take`, then :meth:`status`)."""
         text = self._guard(lambda: self._calls.call(self._raw("reportJson"), None, result=True))
         value = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(value, dict) or not isinstance(value.get("take"), dict) or not isinstance(value.get("status"), dict):
+        if not isinstance(value, list) or len(value) != 2:
             raise RuntimeError("the controller returned an invalid report")
-        return _outbox(value["take"]), value["status"]
+        return _outbox(_reply(value[0], _TAKE_FIELDS)), _reply(value[1], _STATUS_FIELDS)
 
     def take(self) -> Outbox:
         """Takes the controller's outbox (requests, output, omissions) and empties it."""
-        text = self._guard(lambda: self._controller("takeJson").call().to_python())
-        taken = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(taken, dict):
-            raise RuntimeError("the controller returned an invalid outbox")
-        return _outbox(taken)
+        return _outbox(_reply(self._guard(lambda: self._controller("take").call().to_python()), _TAKE_FIELDS))
 
     def salvage(self) -> Outbox:
         """Takes the outbox of a poisoned VM, if it can still answer.
@@ -331,14 +337,13 @@ class CellVM:
             ``(compressed_bytes, raw_size_in_bytes)``.
         """
         assert self._ctrl is not None
-        # The controller handle lives only in Python; the controller parks
-        # itself on a random-named own global for the copy, so the restored
-        # heap can hand it back. No guest code runs between here and the copy,
-        # nor between the restore and the removal.
-        name = _CTRL_GLOBAL + secrets.token_hex(16)
-        self._guard(lambda: self._controller("park").call(name))
+        # The controller is reachable only through its handle, a slot in the
+        # engine's handle table, which lives in the copied linear memory: the
+        # restored heap hands it back by number. Nothing is placed where guest
+        # code could see or block it (a frozen or non-extensible globalThis,
+        # a guest accessor on the global object; SPEC §8.1 item 5).
         raw = self._ctx.create_snapshot().to_bytes()
-        header = _SNAPSHOT_MAGIC + bytes([len(name)]) + name.encode("ascii")
+        header = _SNAPSHOT_MAGIC + _controller_slot(self._ctrl).to_bytes(4, "big")
         return header + zlib.compress(raw, 6), len(raw)
 
     def restore(self, compressed: bytes, config: dict[str, Any]) -> None:
@@ -349,15 +354,13 @@ class CellVM:
         """
         if not compressed.startswith(_SNAPSHOT_MAGIC):
             raise ValueError("not a cellblock snapshot")
-        size = compressed[len(_SNAPSHOT_MAGIC)]
-        start = len(_SNAPSHOT_MAGIC) + 1
-        name = compressed[start : start + size].decode("ascii")
-        raw = zlib.decompress(compressed[start + size :])
+        start = len(_SNAPSHOT_MAGIC) + 4
+        slot = int.from_bytes(compressed[len(_SNAPSHOT_MAGIC) : start], "big")
+        raw = zlib.decompress(compressed[start:])
         self._factory = None  # the restored heap replaces the prepared one
         self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
-        self._ctrl = self._ctx.globals.get_handle(name)
+        self._ctrl = _adopt_slot(self._ctx, slot)
         self._methods = {}
-        self._guard(lambda: self._controller("unpark").call(name))
         self._guard(lambda: self._controller("resume").call(json.loads(json.dumps(config))))
 
     def close(self) -> None:
@@ -401,9 +404,39 @@ class CellVM:
                 # The engine reports some refused allocations without a message
                 # ("Error: null"); a heap at its limit tells them apart.
                 raise VMPoisonedError("memory", str(exc)) from None
-            raise
+            raise ControllerFaultError(f"{exc.name}: {exc.message}"[:200]) from None
         finally:
             self._runtime._deadline = None
+
+
+#: Field order of the controller's ``status`` and ``take`` replies (arrays of
+#: primitives: see ``replyOf`` in controller.js).
+_STATUS_FIELDS = ("phase", "hostWork", "failureKind", "failureMessage", "failureBridgeId", "valueJson", "reason")
+_TAKE_FIELDS = ("items", "omittedEntries", "omittedBytes", "firstOmitted")
+
+
+def _reply(values: Any, names: tuple[str, ...]) -> dict[str, Any]:
+    """Names the fields of a controller reply, leaving out the absent (null) ones."""
+    if not isinstance(values, list) or len(values) != len(names):
+        raise RuntimeError("the controller returned an invalid reply")
+    return {name: value for name, value in zip(names, values, strict=True) if value is not None}
+
+
+def _controller_slot(handle: quickjs_rs.Handle) -> int:
+    """The engine handle-table slot of ``handle`` (quickjs-rs 0.2.6 internals)."""
+    return int(handle._require_live()._handle)
+
+
+def _adopt_slot(ctx: quickjs_rs.Context, slot: int) -> quickjs_rs.Handle:
+    """A handle for ``slot`` of a restored heap: the value it held when the snapshot was taken.
+
+    Uses quickjs-rs 0.2.6 internals: its handles are slots in a table inside the
+    guest's linear memory, which a whole-memory restore brings back unchanged.
+    """
+    from quickjs_rs import _engine
+
+    engine_ctx = ctx._engine_ctx
+    return quickjs_rs.Handle(ctx, _engine.QjsHandle._adopt(engine_ctx._inst, slot, context=engine_ctx))
 
 
 def _outbox(taken: Any) -> Outbox:

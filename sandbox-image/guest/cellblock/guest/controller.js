@@ -44,7 +44,7 @@
   // prototype, so a guest-defined Object.prototype.toJSON or getter never runs.
   function record(fields) {
     const r = create(null);
-    const keys = O.keys(fields);
+    const keys = objectKeys(fields);
     for (let i = 0; i < keys.length; i++) r[keys[i]] = fields[keys[i]];
     return r;
   }
@@ -54,9 +54,7 @@
   const isFiniteFn = Number.isFinite;
   const mathFloor = Math.floor;
   const arrayIsArray = Array.isArray;
-  const arrayPush = Array.prototype.push;
   const arrayJoin = Array.prototype.join;
-  const arrayMap = Array.prototype.map;
   const strSplit = String.prototype.split;
   const strSlice = String.prototype.slice;
   const strIndexOf = String.prototype.indexOf;
@@ -65,6 +63,46 @@
   const regexExec = RegExp.prototype.exec;
   const reflectApply = Reflect.apply;
   const call = (fn, self, ...args) => reflectApply(fn, self, args);
+  const hasInstance = Function.prototype[Symbol.hasInstance];
+
+  // Once user code has run, every built-in it can reach may be redefined,
+  // poisoned or frozen (SPEC §8.1 item 5). The controller then only calls the
+  // functions captured above and never relies on a lookup through a
+  // prototype the guest can change: `instanceof` (Symbol.hasInstance),
+  // `promise.then` (the constructor's Symbol.species), `Promise.resolve`,
+  // `array.push` (index setters on Array.prototype) and re-serialising parsed
+  // JSON (Object.prototype.toJSON) all have safe forms below.
+
+  // `v instanceof C` by the engine's own algorithm; a Proxy whose trap throws
+  // is no instance.
+  function isInstance(v, C) {
+    try {
+      return call(hasInstance, C, v) === true;
+    } catch (e) {
+      return false;
+    }
+  }
+
+  // Appends as an own data property: a guest setter on Array.prototype never runs.
+  function append(arr, v) {
+    defineProperty(arr, arr.length, { value: v, writable: true, enumerable: true, configurable: true });
+  }
+
+  // `p.then(f, r)` on a promise the controller made (or the program's own
+  // async result) without the guest's species: an own `constructor` of
+  // undefined makes the engine use the intrinsic Promise.
+  function thenSafe(p, f, r) {
+    defineProperty(p, "constructor", { value: undefined, writable: true, configurable: true });
+    return call(promiseThen, p, f, r);
+  }
+
+  function resolved(v) {
+    return new PromiseCtor((res) => res(v));
+  }
+
+  function rejected(e) {
+    return new PromiseCtor((res, rej) => rej(e));
+  }
 
   // ---- Outbox (taken by the agent after each VM step) ---------------------
   // Each part is the compact JSON text of one item: ["r", bridgeId, method,
@@ -165,18 +203,21 @@
     let message = "";
     try { name = StringCtor(v.name); } catch (e) { /* keep default */ }
     try { message = StringCtor(v.message); } catch (e) { /* keep default */ }
-    return { name, message };
+    return record({ name, message });
   }
 
   // Returns [ok, value]: ok false when nothing JSON-safe can be made.
   // Engine failures (out of memory, internal limits) are never papered over
   // with a String() fallback: they propagate, so a starved VM ends the run.
   function rethrowEngineError(e) {
-    if (e instanceof InternalErrorCtor) throw e;
+    if (isInstance(e, InternalErrorCtor)) throw e;
   }
 
+  // The compact JSON text of the JSON-safe value, or undefined when nothing
+  // JSON-safe can be made. The text is kept (never parsed and serialised
+  // again), so only the value's own toJSON and getters run, once.
   function jsonSafe(value) {
-    if (value === undefined) return [true, null];
+    if (value === undefined) return "null";
     let text;
     try {
       text = jsonStringify(value);
@@ -184,21 +225,17 @@
       rethrowEngineError(e);
       text = undefined;
     }
-    if (text !== undefined) {
-      try { return [true, jsonParse(text)]; } catch (e) { rethrowEngineError(e); }
-    }
-    if (value instanceof ErrorCtor) return [true, describeError(value)];
+    if (typeof text === "string") return text;
+    if (isInstance(value, ErrorCtor)) return jsonStringify(describeError(value));
     const t = typeof value;
-    if (t === "string" || t === "boolean" || value === null) return [true, value];
-    if (t === "number" && isFiniteFn(value)) return [true, value];
-    try { return [true, StringCtor(value)]; } catch (e) { rethrowEngineError(e); return [false, null]; }
+    if (t === "string" || t === "boolean" || value === null) return jsonStringify(value);
+    if (t === "number" && isFiniteFn(value)) return jsonStringify(value);
+    try { return jsonStringify(StringCtor(value)); } catch (e) { rethrowEngineError(e); return undefined; }
   }
 
   function renderText(value) {
     if (typeof value === "string") return value;
-    const [ok, safe] = jsonSafe(value);
-    if (!ok) return undefined;
-    return jsonStringify(safe);
+    return jsonSafe(value);
   }
 
   // ---- Output budget, first layer (SPEC §9 rules 3-5, 11) -----------------
@@ -218,8 +255,8 @@
     firstReported: false,
   };
 
-  function emit(entry) {
-    const text = jsonStringify(entry);
+  // entry: the entry's JSON text; content: its text, or its value's JSON text.
+  function emit(text, content) {
     const size = utf8Length(text);
     if (!out.closed && out.spent + size + K <= C) {
       out.spent += size;
@@ -229,37 +266,40 @@
     out.closed = true;
     out.omittedEntries += 1;
     out.omittedBytes += size;
-    if (out.firstOmitted === null) {
-      const content = entry.type === "text" ? entry.text : jsonStringify(entry.value);
-      out.firstOmitted = utf8Prefix(content, C);
-    }
+    if (out.firstOmitted === null) out.firstOmitted = utf8Prefix(content, C);
+  }
+
+  function emitText(t) {
+    emit("{\"type\":\"text\",\"text\":" + jsonStringify(t) + "}", t);
   }
 
   function textFn(value) {
     const t = renderText(value);
     if (t === undefined) throw new TypeErrorCtor("text could not turn its argument into JSON or text.");
-    emit(record({ type: "text", text: t }));
+    emitText(t);
   }
 
   function jsonFn(value) {
-    const [ok, safe] = jsonSafe(value);
-    if (!ok) throw new TypeErrorCtor("json could not turn its argument into JSON or text.");
-    emit(record({ type: "json", value: safe }));
+    const safe = jsonSafe(value);
+    if (safe === undefined) throw new TypeErrorCtor("json could not turn its argument into JSON or text.");
+    emit("{\"type\":\"json\",\"value\":" + safe + "}", safe);
   }
 
   function consoleLine(...args) {
     const parts = [];
     for (let i = 0; i < args.length; i++) {
       const t = renderText(args[i]);
-      call(arrayPush, parts, t === undefined ? "[unrenderable]" : t);
+      append(parts, t === undefined ? "[unrenderable]" : t);
     }
-    emit(record({ type: "text", text: call(arrayJoin, parts, " ") }));
+    emitText(call(arrayJoin, parts, " "));
   }
 
   // ---- Bridge requests (SPEC §8.2) ----------------------------------------
   const pending = new MapCtor(); // bridge id -> { resolve, reject, method, timer? }
   const provenance = new WeakMapCtor(); // rejection error -> bridge id
-  const counters = config.bridgeCounters; // method -> last n
+  // method -> last n; prototype-less, so no guest accessor on Object.prototype
+  // can read or swallow a count (SPEC §8.2 item 2).
+  const counters = record(config.bridgeCounters);
   let hostWork = 0;
 
   function refuse(message) {
@@ -290,14 +330,14 @@
     // Each argument crosses as its own JSON-safe value (SPEC §8.8 rule 4).
     const safeArgs = [];
     for (let i = 0; i < args.length; i++) {
-      const [ok, safe] = jsonSafe(args[i]);
-      if (!ok) {
+      const safe = jsonSafe(args[i]);
+      if (safe === undefined) {
         rejectFn(new TypeErrorCtor(helperName(method) + " could not turn its argument into JSON or text."));
         return promise;
       }
-      call(arrayPush, safeArgs, safe);
+      append(safeArgs, safe);
     }
-    const text = jsonStringify(safeArgs);
+    const text = "[" + call(arrayJoin, safeArgs, ",") + "]";
     const n = (counters[method] || 0) + 1;
     counters[method] = n;
     const id = "bridge:" + method + ":" + n;
@@ -328,7 +368,7 @@
     const timerId = nextTimerId++;
     const entry = { fn, args, cleared: false };
     call(mapSet, timers, timerId, entry);
-    call(promiseThen, request("timer", [d]), () => {
+    thenSafe(request("timer", [d]), () => {
       call(mapDelete, timers, timerId);
       if (entry.cleared) return;
       try {
@@ -389,26 +429,26 @@
         const f = apiFiles[i];
         if (!f.content) continue;
         if (pre === "" || f.path === pre || call(strStartsWith, f.path, pre + "/")) {
-          call(arrayPush, files, { path: f.path, description: f.description, bytes: f.bytes });
+          append(files, { path: f.path, description: f.description, bytes: f.bytes });
         }
       }
-      return PromiseCtor.resolve({ files });
+      return resolved({ files });
     },
     read: function read(path) {
       const p = normalisePath(path);
       const segs = call(strSplit, p, "/");
       for (let i = 0; i < segs.length; i++) {
         if (segs[i] === "" || segs[i] === "." || segs[i] === "..") {
-          return PromiseCtor.reject(new ErrorCtor("API file path is invalid: \"" + call(strSlice, StringCtor(path), 0, 200) + "\"."));
+          return rejected(new ErrorCtor("API file path is invalid: \"" + call(strSlice, StringCtor(path), 0, 200) + "\"."));
         }
       }
       for (let i = 0; i < apiFiles.length; i++) {
         const f = apiFiles[i];
         if (f.path === p && f.content) {
-          return PromiseCtor.resolve(freeze({ path: f.path, content: f.content, description: f.description, bytes: f.bytes }));
+          return resolved(freeze({ path: f.path, content: f.content, description: f.description, bytes: f.bytes }));
         }
       }
-      return PromiseCtor.reject(new ErrorCtor("Unknown API file: \"" + call(strSlice, p, 0, 200) + "\". Call API.list() to see the available files."));
+      return rejected(new ErrorCtor("Unknown API file: \"" + call(strSlice, p, 0, 200) + "\". Call API.list() to see the available files."));
     },
   });
 
@@ -417,7 +457,28 @@
   // (bridge paths, required names, schema defaults) and its $api headers.
   const mcpData = catalog.mcp ? deepFreeze(catalog.mcp) : null;
   const cut200 = (v) => call(strSlice, StringCtor(v), 0, 200);
-  const copyJson = (v) => jsonParse(jsonStringify(v));
+  // Host data handed to the guest as fresh copies. Their JSON text is made
+  // here, before user code runs: serialising them later would consult a guest
+  // toJSON on Object.prototype or Array.prototype.
+  const hostJson = new WeakMapCtor();
+  function keepJson(v) {
+    if (v !== null && typeof v === "object") call(weakSet, hostJson, v, jsonStringify(v));
+  }
+  function copyJson(v) {
+    if (v === null || typeof v !== "object") return v;
+    const text = call(weakGet, hostJson, v);
+    return jsonParse(text !== undefined ? text : jsonStringify(v));
+  }
+  if (mcpData !== null) {
+    keepJson(mcpData.root.servers);
+    for (let s = 0; s < mcpData.servers.length; s++) {
+      const serverTools = mcpData.servers[s].tools;
+      for (let i = 0; i < serverTools.length; i++) {
+        keepJson(serverTools[i].parameters);
+        for (let d = 0; d < serverTools[i].defaults.length; d++) keepJson(serverTools[i].defaults[d][1]);
+      }
+    }
+  }
 
   function isPlainObject(v) {
     if (v === null || typeof v !== "object" || arrayIsArray(v)) return false;
@@ -434,7 +495,7 @@
     const err = refuse(message);
     call(weakSet, provenance, err, id);
     hostSend(id, "namespace", "", "namespace_arguments", n);
-    return PromiseCtor.reject(err);
+    return rejected(err);
   }
 
   function namespaceFunction(tool) {
@@ -458,7 +519,7 @@
       }
       const missing = [];
       for (let i = 0; i < tool.required.length; i++) {
-        if (!call(hasOwn, input, tool.required[i])) call(arrayPush, missing, tool.required[i]);
+        if (!call(hasOwn, input, tool.required[i])) append(missing, tool.required[i]);
       }
       if (missing.length) {
         return refuseNamespace(cut200(path) + " is missing required argument(s): " + call(arrayJoin, missing, ", ") + ".");
@@ -477,12 +538,12 @@
       let header;
       if (selector === undefined || selector === null) {
         chosen = [];
-        for (let i = 0; i < server.tools.length; i++) call(arrayPush, chosen, i);
+        for (let i = 0; i < server.tools.length; i++) append(chosen, i);
         header = server.header;
       } else {
         const sel = typeof selector === "string" && call(hasOwn, server.selectors, selector) ? server.selectors[selector] : undefined;
         if (sel === undefined) {
-          return PromiseCtor.reject(new ErrorCtor("MCP." + server.identifier + " has no tool matching \"" + cut200(selector) + "\"; call MCP." + server.identifier + ".$api() to list its tools."));
+          return rejected(new ErrorCtor("MCP." + server.identifier + " has no tool matching \"" + cut200(selector) + "\"; call MCP." + server.identifier + ".$api() to list its tools."));
         }
         chosen = sel.tools;
         header = sel.header;
@@ -492,8 +553,9 @@
         scope: chosen.length === 1 ? "tool" : "server",
         server: { identifier: server.identifier, serverName: server.serverName },
         header,
-        tools: call(arrayMap, chosen, (i) => toolSummary(server.tools[i])),
+        tools: [],
       };
+      for (let i = 0; i < chosen.length; i++) append(out.tools, toolSummary(server.tools[chosen[i]]));
       let wantSchemas = false;
       try { wantSchemas = options !== null && typeof options === "object" && options.schema === true; } catch (e) { wantSchemas = false; }
       if (wantSchemas) {
@@ -505,7 +567,7 @@
         out.schemas = schemas;
       }
       out.note = server.note;
-      return PromiseCtor.resolve(out);
+      return resolved(out);
     };
   }
 
@@ -515,7 +577,7 @@
     const root = mcpData.root;
     defineProperty(MCP, "$api", {
       value: function $api() {
-        return PromiseCtor.resolve({ kind: "mcp_api", scope: "root", header: root.header, servers: copyJson(root.servers), note: root.note });
+        return resolved({ kind: "mcp_api", scope: "root", header: root.header, servers: copyJson(root.servers), note: root.note });
       },
     });
     for (let s = 0; s < mcpData.servers.length; s++) {
@@ -598,14 +660,14 @@
       if (line === 1) col -= WRAPPER_COLUMN_SHIFT;
       if (col < 1) col = 1;
       if (fn === "__cellblock_main" || fn === "") fn = "<anonymous>";
-      call(arrayPush, frames, "    at " + fn + " (" + USER_FILE + ":" + line + ":" + col + ")");
+      append(frames, "    at " + fn + " (" + USER_FILE + ":" + line + ":" + col + ")");
     }
     return frames;
   }
 
   function errorText(e) {
     let isErrorLike = false;
-    try { isErrorLike = e instanceof ErrorCtor || (e !== null && typeof e === "object" && typeof e.name === "string" && typeof e.message === "string" && "stack" in e); } catch (x) { isErrorLike = false; }
+    try { isErrorLike = isInstance(e, ErrorCtor) || (e !== null && typeof e === "object" && typeof e.name === "string" && typeof e.message === "string" && "stack" in e); } catch (x) { isErrorLike = false; }
     if (isErrorLike) {
       const d = describeError(e);
       let stack = "";
@@ -631,6 +693,27 @@
   }
 
   // ---- The program ------------------------------------------------------------
+  // Replies to the agent are arrays of primitives in a fixed field order (the
+  // same lists as in _vm.py): the agent reads an array by index, while reading
+  // an object's keys would build a key array through Array.prototype, where a
+  // guest accessor could throw.
+  const STATUS_FIELDS = ["phase", "hostWork", "failureKind", "failureMessage", "failureBridgeId", "valueJson", "reason"];
+  const TAKE_FIELDS = ["items", "omittedEntries", "omittedBytes", "firstOmitted"];
+  // A reply (an array of primitives and nulls, made by replyOf) as JSON text.
+  function replyJson(reply) {
+    let text = "[";
+    for (let i = 0; i < reply.length; i++) text += (i ? "," : "") + (reply[i] === null ? "null" : jsonStringify(reply[i]));
+    return text + "]";
+  }
+  function replyOf(fields, names) {
+    const reply = [];
+    for (let i = 0; i < names.length; i++) {
+      const v = fields[names[i]];
+      append(reply, v === undefined ? null : v);
+    }
+    return reply;
+  }
+
   const state = { phase: "idle", value: undefined, error: undefined };
 
   function onFulfilled(v) { state.phase = "fulfilled"; state.value = v; }
@@ -656,7 +739,7 @@
         onRejected(e);
         return;
       }
-      call(promiseThen, p, onFulfilled, onRejected);
+      thenSafe(p, onFulfilled, onRejected);
     },
     // Settles one bridge request: ok -> resolve with the parsed JSON value;
     // otherwise reject with a plain Error carrying only the message (and the
@@ -684,43 +767,32 @@
       const head = jsonParse(call(strSlice, text, 0, cut));
       return controller.settle(head[0], head[1] === true, call(strSlice, text, cut + 1), head[2]);
     },
-    // take() and status() in one call and one JSON text (the outbox first:
-    // output a value's toJSON writes while status() serialises it waits for
-    // the next take).
+    // take() and status() in one call and one JSON text [take, status]: the
+    // outbox first (output a value's toJSON writes while status() serialises
+    // it waits for the next take). Made from their primitives one by one, so
+    // no array or object is serialised and no guest toJSON can take part.
     reportJson() {
       const taken = controller.take();
-      return jsonStringify(record({ take: taken, status: controller.status() }));
+      return "[" + replyJson(taken) + "," + replyJson(controller.status()) + "]";
     },
-    // The same record as one JSON text, made by the controller's own captured
-    // JSON.stringify from primitives only (no guest toJSON, getter or proxy can
-    // take part): the agent reads it in one step instead of one engine call
-    // per field, which is most of a nested call's cost in the cell.
-    statusJson() {
-      return jsonStringify(controller.status());
-    },
-    // Returns the leg's state for the guest agent as a prototype-less record of
-    // primitives (no JSON round trip the guest could influence).
+    // Returns the leg's state for the guest agent (STATUS_FIELDS).
     status() {
       const s = record({ phase: state.phase, hostWork });
       if (timerError !== null) {
         s.phase = "rejected";
         s.failureKind = "guest";
         s.failureMessage = jsonStringify(errorText(timerError.error));
-        return s;
+        return replyOf(s, STATUS_FIELDS);
       }
-      if (state.phase === "fulfilled") {
-        const [ok, safe] = jsonSafe(state.value);
-        if (!ok) {
+      if (state.phase === "fulfilled" && hostWork === 0) {
+        // Serialised once, when the leg can end: the value's toJSON and
+        // getters do not run again on every idle turn.
+        const safe = jsonSafe(state.value);
+        if (safe === undefined) {
           s.phase = "unserialisable";
           s.reason = "the value and its String() conversion both threw";
         } else {
-          try {
-            s.valueJson = jsonStringify(safe);
-          } catch (e) {
-            rethrowEngineError(e);
-            s.phase = "unserialisable";
-            s.reason = "the value is nested too deeply to serialise";
-          }
+          s.valueJson = safe;
         }
       } else if (state.phase === "rejected" || state.phase === "compile_error") {
         const e = state.error;
@@ -731,16 +803,12 @@
         s.failureMessage = jsonStringify(state.phase === "compile_error" ? compileErrorText(e) : errorText(e));
         if (bridgeId !== undefined) s.failureBridgeId = bridgeId;
       }
-      return s;
+      return replyOf(s, STATUS_FIELDS);
     },
     // Hands the outbox to the agent and empties it: `items` is the JSON array
     // text of the outbox parts; the omission fields are the entries omitted
     // since the previous take (SPEC §9 rule 11), so every result can end with
     // its marker however the leg ends.
-    // take()'s record as one JSON text, for the same reason as statusJson.
-    takeJson() {
-      return jsonStringify(controller.take());
-    },
     take() {
       const items = "[" + call(arrayJoin, outboxParts, ",") + "]";
       outboxParts = [];
@@ -758,7 +826,7 @@
       }
       out.reportedEntries = out.omittedEntries;
       out.reportedBytes = out.omittedBytes;
-      return r;
+      return replyOf(r, TAKE_FIELDS);
     },
     // Prepares the next leg after a restore: new limits and output state.
     resume(newConfig) {
@@ -773,15 +841,6 @@
       out.reportedEntries = 0;
       out.reportedBytes = 0;
       out.firstReported = false;
-    },
-    // Parks the controller on an own, random-named global property for a
-    // snapshot (defined, not assigned: no guest setter or proxy can see it).
-    park(name) {
-      defineProperty(g, name, { value: controller, writable: false, configurable: true, enumerable: false });
-    },
-    // Removes the parked property after a restore, before guest code runs.
-    unpark(name) {
-      delete g[name];
     },
   });
   return controller;

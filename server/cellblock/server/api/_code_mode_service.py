@@ -116,6 +116,11 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts) -> Non
                 ports.cancel()
     except (grpc.aio.AioRpcError, asyncio.CancelledError):
         pass
+    except grpc.aio.AbortError:
+        # An undecodable message ended the stream ([A01], api/_failures.py): nobody can answer the
+        # leg's calls or read its Result, so it ends now like a caller gone, instead of running
+        # on to its deadline and parking a run (holding a suspended-run slot) no caller knows.
+        ports.cancel()
 
 
 def _log_completed(bound: FilteringBoundLogger, report: LegReport, started: float) -> None:

@@ -30,7 +30,7 @@ def guest_text(literal: str) -> str:
     """Decodes guest text sent as a JSON string literal; malformed text is kept raw."""
     try:
         value = json.loads(literal)
-    except ValueError:
+    except (ValueError, RecursionError):
         return literal
     return value if isinstance(value, str) else literal
 

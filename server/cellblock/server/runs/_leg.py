@@ -401,6 +401,9 @@ class Leg(LegEnding):
     def _on_output(self, entry_json: str) -> None:
         try:
             entry = json.loads(entry_json)
+        except RecursionError:
+            self._log.warning("bridge.output_too_deep")  # SPEC §8.4 item 6: dropped and logged
+            return
         except ValueError:
             self._log.error("bridge.invalid_output")
             return
@@ -417,6 +420,6 @@ class Leg(LegEnding):
         """Records entries the cell's controller omitted (SPEC §9 rule 11), as they are reported."""
         try:
             first = json.loads(omission.first_omitted_content or '""')
-        except ValueError:
+        except (ValueError, RecursionError):
             first = ""
         self.run_.budget.record_omitted(max(0, omission.omitted_entries), max(0, omission.omitted_bytes), first if isinstance(first, str) else "")

@@ -60,6 +60,8 @@ class LegEnding(SettleLoop):
         if which == "completed":
             try:
                 value = json.loads(end.completed.value_json)
+            except RecursionError:  # deeper than the host's parser: SPEC §9 rule 10
+                return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15("nesting is too deep for the serialiser"))
             except ValueError:
                 self._log.error("bridge.invalid_value")
                 return failed(ErrorCode.INTERNAL_ERROR, msg.R17)

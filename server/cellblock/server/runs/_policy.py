@@ -94,14 +94,17 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
         return _violation(run, req.bridge_id, msg.p03(req.bridge_id), leg_log)
     run.seen_bridge_ids.add(req.bridge_id)
     run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
+    too_deep = False
     try:
         args = json.loads(req.args_json)
         if not isinstance(args, list):
             raise ValueError("arguments are not an array")
+    except RecursionError:  # deeper than the host's parser: [B23] in refuse_over_host_limits
+        args, too_deep = [], True
     except ValueError:
         leg_log.error("bridge.invalid_arguments", bridge_id=req.bridge_id)
         args = []
-    p = PendingRequest(bridge_id=req.bridge_id, method=method, args=args)
+    p = PendingRequest(bridge_id=req.bridge_id, method=method, args=args, too_deep=too_deep)
     run.pending[p.bridge_id] = p
     return p
 
@@ -157,6 +160,8 @@ def refuse_over_host_limits(run: Run, p: PendingRequest, now: float) -> bool:
         reject(run, p, msg.b24(run.limits.max_pending_tool_calls), Provenance.INTERNAL, "", now)
         return True
     try:
+        if p.too_deep:
+            raise NotSerializableError("nesting is too deep for the serialiser")
         compact_json(p.args)
     except NotSerializableError:
         if nested:

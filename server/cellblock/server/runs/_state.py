@@ -70,6 +70,8 @@ class PendingRequest:
     dispatched: bool = False
     result: Settlement | None = None
     settled_at: float = 0.0
+    #: The arguments nest deeper than the host's JSON parser (rejected with [B23], never dispatched).
+    too_deep: bool = False
     #: Wall-clock due time of a timer (``time.time()`` seconds); timers keep it across suspension.
     due_at: float = 0.0
 

@@ -105,8 +105,11 @@ class SqliteRunStore(SqlRunStore):
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Tx]:
         async with self._lock:
-            await self.call(lambda c: c.execute("BEGIN IMMEDIATE"))
             try:
+                # Inside the try: a caller cancelled while BEGIN runs on the store's
+                # thread would otherwise leave the connection in a transaction, and
+                # every later BEGIN would fail (rollback without one is a no-op).
+                await self.call(lambda c: c.execute("BEGIN IMMEDIATE"))
                 yield _SqliteTx(self)
             except BaseException:
                 await self.call(lambda c: c.rollback())
