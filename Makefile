@@ -179,13 +179,8 @@ serve: setup ## Run the control service on 127.0.0.1:50051 (CELLBLOCK_* variable
 	PYTHONPATH=$(DEV_PYTHONPATH) $(PYTHON) -m cellblock.server
 
 .PHONY: bench
-bench: setup ## Exec latency, suspend->resume, 500-tool search, run store (memory:/SQLite/PostgreSQL), noisy neighbours, big final values; p50/p95 and ratios
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.exec_latency
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.suspend_resume
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.catalog_search
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.run_store
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.noisy_neighbour
-	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench.final_value_rss
+bench: setup ## Latency, nested calls, resumes, cold start, 16-client throughput, run store (memory:/SQLite/PostgreSQL), noisy neighbour, big final values beside their baselines; tables + build/bench/ CSV and PNG
+	PYTHONPATH=$(DEV_PYTHONPATH):. $(PYTHON) -m bench
 
 # ------------------------------------------------------------------ housekeeping
 

@@ -1,113 +1,250 @@
-"""Exec latency beside its baselines, measured in one run.
+"""Cellblock's latency and throughput rows beside their baselines, in one run.
 
-Rows:
-- ``cellblock exec (trivial)``: a full Exec RPC of ``return 1`` through a real
-  service with the Docker executor and its default warm pool (a pooled cell when
-  one is ready, else a fresh one; VM, bridge, teardown).
-- ``cellblock exec (10 nested calls)``: the same with ten sequential nested
-  calls answered by a Python handler over the Exec stream.
-- ``bare docker run --rm``: ``docker run --rm`` of the same cell image running
-  ``python3 -c pass`` with the same lockdown flags: the container floor.
-- ``in-process quickjs-rs``: a fresh quickjs-rs runtime evaluating the same
-  program in this process: the engine floor.
+Sections (each printed as one table, then the ratios with their targets):
 
-Prints p50/p95 in milliseconds and the ratios of each cellblock row to both
-baselines. Run with ``make bench`` (``BENCH_ROUNDS`` sets the sample count).
+- floors: in-process quickjs-rs, the raw two-hop gRPC ping-pong, bare
+  ``docker run`` (bench/baselines.py, bench/pingpong.py).
+- pool hit: a trivial exec, 100 sequential nested calls, and a wait that
+  resumes, each sample taken once the warm pool has a ready cell again.
+- back to back: the same three rows with no idle time between samples.
+- exec/wait pairs: a plain exec sent right after a plain exec, a wait sent
+  right after its exec returned ``waiting``, and the exec → wait round trip.
+- cold start: a service without a pool (every leg starts its container) beside
+  bare ``docker run``.
+- throughput: 64 trivial runs from 16 concurrent clients for cellblock
+  (``leg`` reuse), llm-sandbox and bare ``docker run``.
+
+Every cellblock row goes through a real service (Docker executor, gRPC over
+TCP) and a real client. ``BENCH_ROUNDS`` sets the sample count of the fast rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from quickjs_rs import Runtime
+from bench import baselines, pingpong
+from bench._report import Report, attempt, percentile, timed
+from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
+from cellblock.server.app import ServerSettings, Service, start_service
 
-from cellblock.client import CellblockClient, Scope, Tool
-from cellblock.server.app import ServerSettings, start_service
+__all__ = ["percentile", "run"]
 
-IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "15"))
-NESTED = "let s = 0; for (let i = 0; i < 10; i++) { s += (await tools.echo({ n: i })).n; } return s;"
-
-
-def percentile(samples: list[float], q: float) -> float:
-    """Returns the q-quantile (0..1) of samples by nearest rank."""
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-async def timed(fn: Callable[[], Awaitable[Any]], rounds: int) -> list[float]:
-    """Runs fn rounds times after one warm-up; returns wall times in ms."""
-    await fn()
-    out = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        await fn()
-        out.append((time.perf_counter() - start) * 1000)
-    return out
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
+SLOW_ROUNDS = max(3, ROUNDS // 2)
+CLIENTS = 16
+RUNS = 64
+DOCKER_RUNS = 16
+NESTED100 = "let s = 0; for (let i = 0; i < 100; i++) { s += (await tools.echo({ n: i })).n; } return s;"
+STATE = "const rows = Array.from({length: 2000}, (_, i) => ({id: i, name: 'row ' + i}));"
+SUSPENDS = STATE + " const y = await yield_control('bench'); return rows.length + (y.status === 'yielded' ? 1 : 0);"
+#: Every bench leg gets 30 s: 100 nested calls must finish in one leg, and a
+#: loaded machine must not turn a slow sample into a failed run.
+LONG = LimitOverrides(timeout_ms=30000)
+ECHO_SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
 
 
-def docker_run_baseline() -> None:
-    subprocess.run(
-        ["docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true",
-         "--user", "65532:65532", "--pids-limit", "64", "--memory", "256m", "--entrypoint", "python3", IMAGE, "-c", "pass"],
-        check=True, stdout=subprocess.DEVNULL,
+async def _echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+    return {"details": {"n": tool_input["n"]}}
+
+
+async def _service(sockets: str, warm_pool: int, cell_reuse: str = "leg") -> Service:
+    # Each service its own socket and state directory (an instance locks both).
+    own = tempfile.mkdtemp(prefix="service-", dir=sockets)
+    settings = ServerSettings(
+        address="127.0.0.1:0", image=baselines.IMAGE, code_mode={"enabled": True}, socket_dir=own, state_dir=os.path.join(own, "state"), warm_pool=warm_pool, cell_reuse=cell_reuse
     )
+    return await start_service(settings)
 
 
-def quickjs_baseline(program: str) -> None:
-    with Runtime() as rt, rt.new_context() as ctx:
-        ctx.register("echo", lambda n: {"n": n}, is_async=False)
-        ctx.eval(f"globalThis.out = null; (async () => {{ const tools = {{ echo: async (o) => echo(o.n) }}; {program} }})().then(v => {{ globalThis.out = v; }}); 0")
-        ctx._engine_ctx.run_pending_jobs()  # private API of the pinned quickjs-rs: drain the job queue
-        assert ctx.eval("globalThis.out") == 45
+class _Cellblock:
+    """A client and scope with the echo tool registered."""
+
+    def __init__(self, client: CellblockClient, service: Service, name: str) -> None:
+        self.client = client
+        self.service = service
+        self.scope = Scope(session_id=name, agent_run_id=name)
+
+    async def setup(self) -> None:
+        await self.client.put_catalog(self.scope, [Tool(source="host", owner="core", name="echo", parameters=ECHO_SCHEMA)])
+
+    async def trivial(self) -> None:
+        r = await self.client.exec(self.scope, tool_call_id="t", code="return 1", handlers={}, limits=LONG)
+        assert r.status == "completed", r.raw_json
+
+    async def nested(self) -> None:
+        r = await self.client.exec(self.scope, tool_call_id="n", code=NESTED100, handlers={"echo": _echo}, limits=LONG)
+        assert r.status == "completed" and r.value == 4950, r.raw_json
+
+    async def suspend(self) -> str:
+        r = await self.client.exec(self.scope, tool_call_id="s", code=SUSPENDS, handlers={}, limits=LONG)
+        assert r.status == "waiting" and r.run_id, r.raw_json
+        return r.run_id
+
+    async def resume(self, run_id: str) -> None:
+        r = await self.client.wait(self.scope, tool_call_id="w", run_id=run_id)
+        assert r.status == "completed" and r.value == 2001, r.raw_json
+
+    async def pool_ready(self) -> None:
+        pool = self.service.pool
+        assert pool is not None
+        for _ in range(400):
+            if pool.ready_count >= 1:
+                return
+            await asyncio.sleep(0.025)
 
 
-async def main() -> None:
+async def _resumes(cb: _Cellblock, rounds: int, refill: bool) -> list[float]:
+    out = []
+    for _ in range(rounds + 1):
+        run_ids: list[str] = []
+        if not await attempt(lambda ids=run_ids: _append(ids, cb.suspend())):
+            continue
+        if refill:
+            await cb.pool_ready()
+        t = time.perf_counter()
+        if await attempt(lambda ids=run_ids: cb.resume(ids[0])):
+            out.append((time.perf_counter() - t) * 1000)
+    return out[1:]
+
+
+async def _append(into: list[str], value: Awaitable[str]) -> None:
+    into.append(await value)
+
+
+async def _pairs(cb: _Cellblock, report: Report) -> None:
+    plain, resumed, trip = [], [], []
+    await attempt(cb.trivial)
+    for _ in range(ROUNDS):
+        run_ids: list[str] = []
+        await attempt(cb.trivial)
+        t0 = time.perf_counter()
+        ok = await attempt(cb.trivial)
+        t1 = time.perf_counter()
+        ok = ok and await attempt(lambda ids=run_ids: _append(ids, cb.suspend()))
+        t2 = time.perf_counter()
+        ok = ok and await attempt(lambda ids=run_ids: cb.resume(ids[0]))
+        t3 = time.perf_counter()
+        if not ok:
+            continue
+        plain.append((t1 - t0) * 1000)
+        resumed.append((t3 - t2) * 1000)
+        trip.append((t3 - t1) * 1000)
+    report.add("pairs", "plain exec right after a plain exec", plain)
+    report.add("pairs", "wait right after its exec returned waiting", resumed, "2000-row heap snapshot")
+    report.add("pairs", "exec -> wait round trip", trip)
+
+
+async def _concurrent(one: Callable[[int], Awaitable[None]], runs: int = RUNS) -> tuple[list[float], float]:
+    """``runs`` calls of ``one`` from CLIENTS concurrent clients; returns latencies (ms) and completed runs/s."""
+    latencies: list[float] = []
+
+    async def client(c: int) -> None:
+        for _ in range(runs // CLIENTS):
+            t = time.perf_counter()
+            if await attempt(lambda: one(c)):
+                latencies.append((time.perf_counter() - t) * 1000)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(CLIENTS)))
+    return latencies, len(latencies) / (time.perf_counter() - start)
+
+
+async def _cellblock_throughput(service: Service, report: Report, mode: str) -> float:
+    """RUNS trivial execs from CLIENTS clients, each client its own scope (a runtime's agent run)."""
+    clients = [await CellblockClient.connect(service.address) for _ in range(CLIENTS)]
+    try:
+        cbs = [_Cellblock(c, service, f"tp-{mode}-{i}") for i, c in enumerate(clients)]
+        for cb in cbs:
+            await cb.setup()
+        samples, rate = await _concurrent(lambda c: cbs[c].trivial())
+        report.add("throughput", f"cellblock exec, CELLBLOCK_CELL_REUSE={mode}", samples, f"{rate:.2f} runs/s")
+        return rate
+    finally:
+        for c in clients:
+            await c.close()
+
+
+async def _throughput(service: Service, sockets: str, report: Report) -> dict[str, float]:
+    rates = {"leg": await _cellblock_throughput(service, report, "leg")}
+    scoped = await _service(sockets, warm_pool=2, cell_reuse="scope")
+    try:
+        rates["scope"] = await _cellblock_throughput(scoped, report, "scope")
+    finally:
+        await scoped.stop()
+    # The Docker-per-run rows take seconds per run: one run from each of the same 16 clients.
+    samples, rates["llm-sandbox"] = await _concurrent(lambda c: asyncio.to_thread(baselines.llm_sandbox_run), DOCKER_RUNS)
+    report.add("throughput", "llm-sandbox (Docker per run, node)", samples, f"{rates['llm-sandbox']:.2f} runs/s")
+    samples, rates["docker"] = await _concurrent(lambda c: asyncio.to_thread(baselines.docker_run_baseline), DOCKER_RUNS)
+    report.add("throughput", "bare docker run --rm", samples, f"{rates['docker']:.2f} runs/s")
+    return rates
+
+
+async def run(report: Report) -> None:
+    """Measures every section into ``report`` and prints the tables and ratios."""
+    baselines.ensure_node_image()
+    report.add("floors", "in-process quickjs-rs (10 nested, as before)", await timed(lambda: asyncio.to_thread(baselines.quickjs_baseline), ROUNDS))
+    report.add("floors", "raw grpc.aio two-hop ping-pong (one round trip)", await pingpong.measure(200))
+    report.add("floors", "bare docker run --rm", await timed(lambda: asyncio.to_thread(baselines.docker_run_baseline), SLOW_ROUNDS))
+    report.table("floors", "Floors (same run)")
     with tempfile.TemporaryDirectory(prefix="cellblock-bench-") as sockets:
-        service = await start_service(ServerSettings(address="127.0.0.1:0", image=IMAGE, code_mode={"enabled": True}, socket_dir=sockets))
+        service = await _service(sockets, warm_pool=2)
         try:
             async with await CellblockClient.connect(service.address) as client:
-                scope = Scope(session_id="bench", agent_run_id="bench")
-                echo_schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
-                await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo", parameters=echo_schema)])
-
-                async def echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
-                    return {"details": {"n": tool_input["n"]}}
-
-                async def trivial() -> None:
-                    r = await client.exec(scope, tool_call_id="bench", code="return 1", handlers={})
-                    assert r.status == "completed", r.raw_json
-
-                async def nested() -> None:
-                    r = await client.exec(scope, tool_call_id="bench", code=NESTED, handlers={"echo": echo})
-                    assert r.status == "completed" and r.value == 45, r.raw_json
-
-                rows = {
-                    "cellblock exec (trivial)": await timed(trivial, ROUNDS),
-                    "cellblock exec (10 nested calls)": await timed(nested, ROUNDS),
-                    "bare docker run --rm": await timed(lambda: asyncio.to_thread(docker_run_baseline), ROUNDS),
-                    "in-process quickjs-rs": await timed(lambda: asyncio.to_thread(quickjs_baseline, NESTED), ROUNDS),
-                }
+                cb = _Cellblock(client, service, "bench")
+                await cb.setup()
+                report.add("pool hit", "trivial exec", await timed(cb.trivial, ROUNDS, before=cb.pool_ready))
+                report.add("pool hit", "100 sequential nested calls", await timed(cb.nested, ROUNDS, before=cb.pool_ready))
+                report.add("pool hit", "wait that resumes", await _resumes(cb, ROUNDS, refill=True), "2000-row heap snapshot")
+                report.table("pool hit", "Pool hit (the pool refilled before each sample)")
+                report.add("back to back", "trivial exec", await timed(cb.trivial, ROUNDS))
+                report.add("back to back", "100 sequential nested calls", await timed(cb.nested, ROUNDS))
+                report.add("back to back", "wait that resumes", await _resumes(cb, ROUNDS, refill=False), "2000-row heap snapshot")
+                report.table("back to back", "Back to back (no idle time for the pool to refill)")
+                await _pairs(cb, report)
+                report.table("pairs", "Exec/wait pairs (back to back)")
+            rates = await _throughput(service, sockets, report)
+            report.table("throughput", f"Throughput: trivial runs from {CLIENTS} concurrent clients ({RUNS} per cellblock row, {DOCKER_RUNS} per Docker-per-run row)")
+            pool = service.pool
+            pool_note = f"pool hits {pool.hits}, misses {pool.misses}" if pool is not None else ""
         finally:
             await service.stop()
-    print(f"exec latency, {ROUNDS} rounds each (ms)")
-    print(f"{'row':36} {'p50':>9} {'p95':>9} {'mean':>9}")
-    for name, samples in rows.items():
-        print(f"{name:36} {percentile(samples, 0.5):9.1f} {percentile(samples, 0.95):9.1f} {statistics.fmean(samples):9.1f}")
-    docker_p50 = percentile(rows["bare docker run --rm"], 0.5)
-    qjs_p50 = percentile(rows["in-process quickjs-rs"], 0.5)
-    print("\nratios (p50)")
-    for name in ("cellblock exec (trivial)", "cellblock exec (10 nested calls)"):
-        p50 = percentile(rows[name], 0.5)
-        print(f"{name:36} {p50 / docker_p50:6.2f}x bare docker run   {p50 / qjs_p50:8.1f}x in-process quickjs-rs")
+        cold_service = await _service(sockets, warm_pool=0)
+        try:
+            async with await CellblockClient.connect(cold_service.address) as client:
+                cb = _Cellblock(client, cold_service, "cold")
+                await cb.setup()
+                report.add("cold start", "trivial exec, no pool (container start per leg)", await timed(cb.trivial, SLOW_ROUNDS))
+                report.add("cold start", "bare docker run --rm", await timed(lambda: asyncio.to_thread(baselines.docker_run_baseline), SLOW_ROUNDS))
+                report.table("cold start", "Cold start (a service without a pool)")
+        finally:
+            await cold_service.stop()
+    _print(report, rates, pool_note)
 
 
-if __name__ == "__main__":
-    asyncio.run(main())
+def _print(report: Report, rates: dict[str, float], pool_note: str) -> None:
+    if pool_note:
+        report.say(f"  ({pool_note} over the pooled service's whole run)")
+    g = report.get
+    qjs = g("in-process quickjs-rs (10 nested, as before)").p50
+    ping = g("raw grpc.aio two-hop ping-pong (one round trip)").p50
+    report.say("\n## Ratios (p50 unless noted)")
+    for section in ("pool hit", "back to back"):
+        rows = [r for r in report.rows if r.section == section]
+        trivial, nested = rows[0].p50, rows[1].p50
+        per_call = (nested - trivial) / 100
+        report.ratio(f"{section}: trivial exec / in-process quickjs-rs", trivial / qjs, 4)
+        report.ratio(f"{section}: per nested call ({per_call:.2f} ms) / two-hop ping-pong", per_call / ping, 3)
+        report.ratio(f"{section}: wait that resumes / trivial exec", rows[2].p50 / trivial)
+    plain = g("plain exec right after a plain exec").p50
+    report.ratio("wait right after its exec / plain exec right after a plain exec", g("wait right after its exec returned waiting").p50 / plain, 1.5)
+    report.ratio("exec -> wait round trip / plain exec right after a plain exec", g("exec -> wait round trip").p50 / plain, 2.5)
+    cold = [r for r in report.rows if r.section == "cold start"]
+    report.ratio("cold start / bare docker run (same section)", cold[0].p50 / cold[1].p50)
+    report.ratio("throughput: cellblock leg / llm-sandbox", rates["leg"] / rates["llm-sandbox"], 1.5, at_most=False)
+    report.ratio("throughput: cellblock scope / llm-sandbox", rates["scope"] / rates["llm-sandbox"], 15, at_most=False)
+    report.ratio("throughput: cellblock leg / bare docker run", rates["leg"] / rates["docker"])

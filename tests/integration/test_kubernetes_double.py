@@ -87,6 +87,7 @@ async def test_an_exec_runs_in_a_restricted_pod_that_is_deleted_afterwards(doubl
         assert env["CELLBLOCK_BRIDGE_ADDRESS"] == f"127.0.0.1:{executor.listener.port}"
         await _no_cell_pods_left(double)
         assert double.deletes and all(grace == 0 for _, _, grace in double.deletes)
+        await executor.reaper.drain()  # the bridge closes after the pod's removal, off the reply path
         assert executor.listener.open_bridges == 0
     finally:
         await service.stop()

@@ -18,10 +18,15 @@ TIME_SCALE = float(os.environ.get("CELLBLOCK_TEST_TIME_SCALE", "1"))
 
 
 def leg_cells(service: Service) -> list[str]:
-    """Cell containers of the service that serve a leg (the warm pool's idle cells excluded)."""
+    """Cell containers of the service that serve a leg.
+
+    Excluded: the warm pool's idle cells, and retired cells, whose leg ended and
+    whose bridge stream is already closed, while the reaper removes them.
+    """
     executor = service.executor
     assert isinstance(executor, DockerExecutor)
     idle = service.pool.idle_container_names() if service.pool is not None else set()
+    idle |= {f"cellblock-{cell_id}" for cell_id in executor.reaper.retiring}
     return [name for name in executor.list_cell_containers() if name not in idle]
 
 

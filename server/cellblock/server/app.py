@@ -23,12 +23,15 @@ from grpc_reflection.v1alpha import reflection
 
 from cellblock.server.api import Admission, CatalogService, CodeModeService, FailureInterceptor, RunService, ServiceState
 from cellblock.server.cells import (
+    MAX_IDLE_LIMIT_S,
+    REUSE_MODES,
     DockerExecutor,
     DockerExecutorConfig,
     Executor,
     KubernetesExecutor,
     KubernetesExecutorConfig,
     ProcessExecutor,
+    ScopeCells,
     WarmPool,
     instance_id,
     lock_directories,
@@ -101,6 +104,12 @@ class ServerSettings:
             replica sharing a store must use the same value.
         lease_seconds: Lease of a run while a leg holds it (``CELLBLOCK_STORE_LEASE_S``);
             a replica that dies mid-leg frees its runs after this long.
+        cell_reuse: ``leg`` (one leg per cell) or ``scope`` (a cell serves
+            consecutive legs of one scope, each in a fresh VM) (``CELLBLOCK_CELL_REUSE``, SPEC §16.2).
+        cell_max_legs: Legs one cell serves at most under ``scope`` (``CELLBLOCK_CELL_MAX_LEGS``).
+        cell_max_age_s: Seconds one cell serves at most under ``scope`` (``CELLBLOCK_CELL_MAX_AGE_S``).
+        cell_idle_s: Seconds a kept cell waits for its scope's next leg
+            (``CELLBLOCK_CELL_IDLE_S``, at most 60: the agent's own wait).
     """
 
     address: str = "127.0.0.1:50051"
@@ -120,6 +129,10 @@ class ServerSettings:
     store: str = ""
     max_suspended_runs: int = SUSPENDED_RUN_CAP
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    cell_reuse: str = "leg"
+    cell_max_legs: int = 64
+    cell_max_age_s: float = 600.0
+    cell_idle_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ServerSettings:
@@ -151,7 +164,23 @@ class ServerSettings:
             store=env.get("CELLBLOCK_STORE", ""),
             max_suspended_runs=_bounded(env.get("CELLBLOCK_MAX_SUSPENDED_RUNS"), SUSPENDED_RUN_CAP, 1, 1_000_000, "CELLBLOCK_MAX_SUSPENDED_RUNS"),
             lease_seconds=float(env.get("CELLBLOCK_STORE_LEASE_S", DEFAULT_LEASE_SECONDS)),
-        )
+            cell_reuse=env.get("CELLBLOCK_CELL_REUSE", base.cell_reuse),
+            cell_max_legs=_bounded(env.get("CELLBLOCK_CELL_MAX_LEGS"), base.cell_max_legs, 1, 1_000_000, "CELLBLOCK_CELL_MAX_LEGS"),
+            cell_max_age_s=float(env.get("CELLBLOCK_CELL_MAX_AGE_S") or base.cell_max_age_s),
+            cell_idle_s=float(env.get("CELLBLOCK_CELL_IDLE_S") or base.cell_idle_s),
+        ).checked()
+
+    def checked(self) -> ServerSettings:
+        """Returns these settings after checking the cell reuse ones (SPEC §16.2).
+
+        Raises:
+            ValueError: An unknown ``CELLBLOCK_CELL_REUSE`` or a limit out of range.
+        """
+        if self.cell_reuse not in REUSE_MODES:
+            raise ValueError(f"CELLBLOCK_CELL_REUSE must be one of {', '.join(REUSE_MODES)}, not {self.cell_reuse!r}")
+        if self.cell_max_legs < 1 or not self.cell_max_age_s > 0 or not 0 < self.cell_idle_s <= MAX_IDLE_LIMIT_S:
+            raise ValueError(f"cell reuse limits out of range: CELLBLOCK_CELL_MAX_LEGS >= 1, CELLBLOCK_CELL_MAX_AGE_S > 0, 0 < CELLBLOCK_CELL_IDLE_S <= {MAX_IDLE_LIMIT_S:g}")
+        return self
 
     @property
     def store_url(self) -> str:
@@ -225,7 +254,10 @@ class Service:
         await self.state.abort_all(timeout=grace + 5.0)
         if self.pool is not None:
             await self.pool.close()
+        if self.state.scope_cells is not None:
+            self.state.scope_cells.close()
         await self.server.stop(grace)
+        await self.executor.reaper.drain()
         await self.executor.close()
         if self.state.mcp_hub is not None:
             await self.state.mcp_hub.close()
@@ -273,6 +305,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     Raises:
         StoreUnavailableError: The run store cannot be opened (fail closed, SPEC §16.1).
     """
+    settings.checked()
     config = CodeModeConfig.from_json(settings.code_mode)
     locks = lock_directories(settings.socket_dir, settings.state_dir)
     try:
@@ -294,11 +327,13 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     # The pool holds cells sized for the configured memory limit; only the
     # docker executor pools (the process executor is for development).
     pool = (
-        WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes)
+        WarmPool(executor, settings.socket_dir, size=settings.warm_pool, memory_limit_bytes=config.limits.memory_limit_bytes, max_size=settings.max_concurrent_legs)
         if executor.name in ("docker", "kubernetes") and settings.warm_pool > 0
         else None
     )
-    runner = Runner(config, executor, registry, settings.socket_dir, pool, cell_wait_ms=settings.cell_wait_ms)
+    if settings.cell_reuse == "scope":
+        state.scope_cells = ScopeCells(executor.reaper, max_legs=settings.cell_max_legs, max_age_s=settings.cell_max_age_s, idle_s=settings.cell_idle_s, max_kept=settings.max_concurrent_legs)
+    runner = Runner(config, executor, registry, settings.socket_dir, pool, cell_wait_ms=settings.cell_wait_ms, scope_cells=state.scope_cells)
     observe_registry(registry)
     server = grpc.aio.server(
         interceptors=[*server_interceptors(), FailureInterceptor()],

@@ -72,9 +72,9 @@ def test_docker_options_and_pod_spec_express_the_same_lockdown(lock: Lockdown) -
     # network: none on Docker; on Kubernetes the pod network, with the NetworkPolicy of k8s/base (tests/unit/k8s)
     assert docker["network_mode"] == "none"
     assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == "cellblock-cell"
-    # no host environment: only the bridge variables; no service links; no service-account token
-    assert set(docker["environment"]) == {"CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN"}
-    assert [e["name"] for e in container["env"]] == ["CELLBLOCK_BRIDGE_ADDRESS", "CELLBLOCK_CELL_TOKEN"]
+    # no host environment: only the bridge variables and the heap size the VM is prepared for; no service links; no service-account token
+    assert set(docker["environment"]) == {"CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES"}
+    assert [e["name"] for e in container["env"]] == ["CELLBLOCK_BRIDGE_ADDRESS", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES"]
     assert all("valueFrom" not in e for e in container["env"])
     assert "envFrom" not in container
     assert spec["enableServiceLinks"] is False and spec["automountServiceAccountToken"] is False

@@ -751,6 +751,33 @@ class Suspend(_message.Message):
 Global___Suspend: _TypeAlias = Suspend  # noqa: Y015
 
 @_typing.final
+class Recycle(_message.Message):
+    """Recycle, the host's last message after the guest's `end` under cell reuse
+    (SPEC §16.2): the cell serves the next leg of the same scope. The agent
+    releases this leg's VM, prepares a fresh one and attaches again, on a new
+    stream, with `next_cell_token` (each leg its own token). Without it the
+    cell ends when the stream closes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NEXT_CELL_TOKEN_FIELD_NUMBER: _builtins.int
+    next_cell_token: _builtins.str
+    """The next leg's one-time token (64 hex digits)."""
+    def __init__(
+        self,
+        *,
+        next_cell_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_cell_token", b"next_cell_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Recycle: _TypeAlias = Recycle  # noqa: Y015
+
+@_typing.final
 class AttachResponse(_message.Message):
     """AttachResponse is one host -> guest message."""
 
@@ -760,6 +787,7 @@ class AttachResponse(_message.Message):
     SETTLE_FIELD_NUMBER: _builtins.int
     SUSPEND_FIELD_NUMBER: _builtins.int
     SNAPSHOT_CHUNK_FIELD_NUMBER: _builtins.int
+    RECYCLE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def start(self) -> Global___Start:
         """First message."""
@@ -776,6 +804,10 @@ class AttachResponse(_message.Message):
     def snapshot_chunk(self) -> Global___SnapshotChunk:
         """Part of the snapshot to restore, right after `start`."""
 
+    @_builtins.property
+    def recycle(self) -> Global___Recycle:
+        """After the guest's `end`: serve the next leg (cell reuse)."""
+
     def __init__(
         self,
         *,
@@ -783,12 +815,13 @@ class AttachResponse(_message.Message):
         settle: Global___Settle | None = ...,
         suspend: Global___Suspend | None = ...,
         snapshot_chunk: Global___SnapshotChunk | None = ...,
+        recycle: Global___Recycle | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "settle", b"settle", "snapshot_chunk", b"snapshot_chunk", "start", b"start", "suspend", b"suspend"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "recycle", b"recycle", "settle", b"settle", "snapshot_chunk", b"snapshot_chunk", "start", b"start", "suspend", b"suspend"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "settle", b"settle", "snapshot_chunk", b"snapshot_chunk", "start", b"start", "suspend", b"suspend"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "recycle", b"recycle", "settle", b"settle", "snapshot_chunk", b"snapshot_chunk", "start", b"start", "suspend", b"suspend"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["start", "settle", "suspend", "snapshot_chunk"]  # noqa: Y015
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["start", "settle", "suspend", "snapshot_chunk", "recycle"]  # noqa: Y015
     _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
 

@@ -20,14 +20,13 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
-from cellblock.guest._vm import CellVM, ControllerFaultError, VMPoisonedError, engine_build_id
+from cellblock.guest._vm import CellVM, ControllerFaultError, Outbox, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
 #: ``host:port`` of the replica's bridge port (Kubernetes); when set, the agent
@@ -38,6 +37,10 @@ TOKEN_ENV = "CELLBLOCK_CELL_TOKEN"
 #: name the replica's certificate carries (pod IPs change; the name does not).
 TLS_ENV = ("CELLBLOCK_BRIDGE_TLS_CA", "CELLBLOCK_BRIDGE_TLS_CERT", "CELLBLOCK_BRIDGE_TLS_KEY")
 TLS_NAME_ENV = "CELLBLOCK_BRIDGE_TLS_NAME"
+#: The engine heap limit the cell was sized for (bytes). With it the agent
+#: prepares the leg's VM before it authenticates (engine instance and the
+#: evaluated controller factory), so a pooled cell's leg does only per-leg work.
+MEMORY_LIMIT_ENV = "CELLBLOCK_MEMORY_LIMIT_BYTES"
 # The agent's watchdog ends the process when one VM step runs this long past
 # the leg's deadline (an engine built-in that ignores the interrupt handler).
 WATCHDOG_GRACE_S = 0.75
@@ -52,70 +55,108 @@ _REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_P
 
 
 class _Watchdog:
-    """Ends the process when a VM step overruns the deadline (second layer)."""
+    """Ends the process when a VM step overruns the deadline (second layer).
+
+    The thread sleeps until the armed deadline plus grace, not in a polling
+    loop. Arming wakes it only when the new limit is earlier than the one it
+    sleeps towards, so the two arms per VM step (deadline, then disarm) cost
+    no thread switch once a leg's deadline is known.
+    """
 
     def __init__(self) -> None:
-        self._deadline: float | None = None
-        self._lock = threading.Lock()
+        self._deadline = float("inf")
+        self._sleeping_until = float("inf")
+        self._changed = threading.Condition()
         threading.Thread(target=self._run, name="cellblock-watchdog", daemon=True).start()
 
     def arm(self, deadline: float) -> None:
-        with self._lock:
+        with self._changed:
             self._deadline = deadline
+            if deadline < self._sleeping_until:
+                self._changed.notify()
 
     def _run(self) -> None:
-        while True:
-            time.sleep(0.05)
-            with self._lock:
+        with self._changed:
+            while True:
                 deadline = self._deadline
-            if deadline is not None and time.monotonic() > deadline + WATCHDOG_GRACE_S:
-                os._exit(pb.CELL_EXIT_CODE_WATCHDOG)
+                if deadline == float("inf"):
+                    self._sleeping_until = deadline
+                    self._changed.wait()
+                    continue
+                remaining = deadline + WATCHDOG_GRACE_S - time.monotonic()
+                if remaining < 0:
+                    os._exit(pb.CELL_EXIT_CODE_WATCHDOG)
+                self._sleeping_until = deadline
+                self._changed.wait(timeout=remaining)
 
 
 class Leg:
     """Runs one leg over an attached bridge stream."""
 
-    def __init__(self, token: str) -> None:
+    def __init__(self, token: str, memory_limit_bytes: int = 0, watchdog: _Watchdog | None = None) -> None:
         self._token = token
-        self._send_q: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
-        self._watchdog = _Watchdog()
+        self._memory_limit_bytes = memory_limit_bytes
+        #: Messages for the host, written when the agent next waits for it.
+        self._outgoing: list[pb.AttachRequest] = []
+        self._watchdog = watchdog or _Watchdog()
         self._deadline = time.monotonic() + 60.0
 
-    async def _requests(self) -> AsyncIterator[pb.AttachRequest]:
-        while True:
-            item = await self._send_q.get()
-            if item is None:
-                return
-            yield item
+    def _send(self, msg: pb.AttachRequest) -> None:
+        self._outgoing.append(msg)
 
-    def _send(self, msg: pb.AttachRequest | None) -> None:
-        self._send_q.put_nowait(msg)
+    async def _write_outgoing(self, call: Any) -> None:
+        # Written on the stream directly (no request iterator, so no queue
+        # hop and no task switch per message), in order, each awaited.
+        outgoing, self._outgoing = self._outgoing, []
+        for msg in outgoing:
+            await call.write(msg)
 
-    async def run(self, channel: grpc.aio.Channel) -> None:
+    async def run(self, channel: grpc.aio.Channel) -> str:
+        """Serves one leg on a new stream of ``channel``.
+
+        Returns:
+            The next leg's token when the host recycles the cell (SPEC §16.2),
+            else ``""`` (the cell ends).
+        """
         stub = pb_grpc.BridgeServiceStub(channel)
+        # Prepared before the hello, so a cell counts as ready (attached) only
+        # once its VM is: the leg's Start then pays for per-leg work alone.
+        prepared = CellVM.prepared(memory_limit_bytes=self._memory_limit_bytes) if self._memory_limit_bytes > 0 else None
         self._send(pb.AttachRequest(hello=pb.Hello(cell_token=self._token, engine_build_id=engine_build_id())))
-        call = stub.Attach(self._requests())
-        responses = call.__aiter__()
-        first = await self._next(responses)
+        call = stub.Attach()
+        first = await self._next(call)
         if first.WhichOneof("message") != "start":
             raise RuntimeError("the host did not start the leg")
         start = first.start
         received = time.monotonic()
         deadline = received + start.limits.deadline_ms / 1000.0
         self._deadline = deadline
-        vm = CellVM(memory_limit_bytes=start.limits.memory_limit_bytes, deadline=deadline)
-        end = await self._drive(vm, start, responses)
+        if prepared is not None and prepared.memory_limit_bytes == start.limits.memory_limit_bytes:
+            vm, prepared = prepared, None
+            vm.deadline = deadline
+        else:
+            vm = CellVM(memory_limit_bytes=start.limits.memory_limit_bytes, deadline=deadline)
+        if prepared is not None:
+            prepared.close()
+        end = await self._drive(vm, start, call)
         self._send(pb.AttachRequest(end=end))
-        self._send(None)
-        # Drain the host's side until it closes the stream.
+        # Drain the host's side until it closes the stream; its last message
+        # may recycle the cell for the next leg of the scope.
+        next_token = ""
         try:
-            async for _ in responses:
-                pass
+            await self._write_outgoing(call)
+            await call.done_writing()
+            while (msg := await call.read()) is not grpc.aio.EOF:
+                if isinstance(msg, pb.AttachResponse) and msg.WhichOneof("message") == "recycle":
+                    next_token = msg.recycle.next_cell_token
         except grpc.aio.AioRpcError:
-            pass
+            next_token = ""
+        # Nothing of this leg's VM survives into the next: its engine
+        # instance (the whole linear memory) is released here.
         vm.close()
+        return next_token
 
-    async def _drive(self, vm: CellVM, start: pb.Start, responses: AsyncIterator[pb.AttachResponse]) -> pb.LegEnd:
+    async def _drive(self, vm: CellVM, start: pb.Start, call: Any) -> pb.LegEnd:
         catalog = json.loads(start.catalog_json or "{}")
         limits = start.limits
         config: dict[str, Any] = {
@@ -134,7 +175,7 @@ class Leg:
             if start.snapshot_bytes:
                 chunks: list[bytes] = []
                 while True:
-                    msg = await self._next(responses)
+                    msg = await self._next(call)
                     if msg.WhichOneof("message") != "snapshot_chunk":
                         raise RuntimeError("expected a snapshot chunk")
                     chunks.append(msg.snapshot_chunk.data)
@@ -145,8 +186,8 @@ class Leg:
                 self._step(lambda: vm.install(config))
                 self._step(lambda: vm.start(start.source))
             while True:
-                self._flush(vm)
-                status = vm.status()
+                outbox, status = vm.report()
+                self._forward(outbox)
                 phase = status.get("phase")
                 host_work = status.get("hostWork")
                 if not isinstance(phase, str) or not isinstance(host_work, int | float):
@@ -169,7 +210,7 @@ class Leg:
                 if phase == "pending" and host_work == 0:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
                 self._send(pb.AttachRequest(idle=pb.Idle(host_work=int(host_work))))
-                msg = await self._next(responses)
+                msg = await self._next(call)
                 kind = msg.WhichOneof("message")
                 if kind == "settle":
                     s = msg.settle
@@ -207,18 +248,31 @@ class Leg:
         finally:
             self._watchdog.arm(float("inf"))
 
-    async def _next(self, responses: AsyncIterator[pb.AttachResponse]) -> pb.AttachResponse:
-        """The next host message; a host silent long past the deadline ends the cell."""
+    async def _next(self, call: Any) -> pb.AttachResponse:
+        """Writes what waits for the host, then reads its next message.
+
+        A host silent long past the deadline ends the cell; a stream the host
+        ended raises ``RuntimeError``.
+        """
         timeout = max(1.0, self._deadline + HOST_SILENCE_GRACE_S - time.monotonic())
         try:
-            return await asyncio.wait_for(responses.__anext__(), timeout=timeout)
+            # asyncio.timeout, not wait_for: no task per message.
+            async with asyncio.timeout(timeout):
+                await self._write_outgoing(call)
+                msg = await call.read()
         except TimeoutError:
             print("cellblock-guest: the host went silent; ending the cell", file=sys.stderr)
             os._exit(pb.CELL_EXIT_CODE_HOST_SILENT)
+        if not isinstance(msg, pb.AttachResponse):
+            raise RuntimeError("the host ended the bridge stream")
+        return msg
 
     def _flush(self, vm: CellVM, *, salvage: bool = False) -> None:
         """Forwards the controller's outbox to the host (one VM call per flush)."""
-        outbox = vm.salvage() if salvage else vm.take()
+        self._forward(vm.salvage() if salvage else vm.take())
+
+    def _forward(self, outbox: Outbox) -> None:
+        """Sends an outbox's requests, output entries and omissions to the host."""
         for item in outbox.items:
             if item[0] == "r":
                 _, bridge_id, method, args_json = item
@@ -266,6 +320,8 @@ def _channel(env: dict[str, str], options: list[tuple[str, Any]]) -> grpc.aio.Ch
 async def _amain() -> int:
     env = dict(os.environ)
     token = env.get(TOKEN_ENV, "")
+    limit_text = env.get(MEMORY_LIMIT_ENV, "")
+    memory_limit_bytes = int(limit_text) if limit_text.isdigit() else 0
     # Nothing else of the environment is needed; drop it so no value lingers.
     for key in list(os.environ):
         if key not in ("PATH", "PYTHONPATH", "HOME"):
@@ -282,7 +338,12 @@ async def _amain() -> int:
         except (TimeoutError, grpc.aio.AioRpcError):
             print("cellblock-guest: bridge unreachable", file=sys.stderr)
             return pb.CELL_EXIT_CODE_BRIDGE_UNREACHABLE
-        await Leg(token).run(channel)
+        watchdog = _Watchdog()
+        # One leg, or under cell reuse (SPEC §16.2) consecutive legs of one
+        # scope, each with a fresh VM and its own token.
+        token = await Leg(token, memory_limit_bytes, watchdog).run(channel)
+        while token:
+            token = await Leg(token, memory_limit_bytes, watchdog).run(channel)
     return pb.CELL_EXIT_CODE_UNSPECIFIED
 
 

@@ -8,6 +8,7 @@ forwards over the bridge.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -19,6 +20,8 @@ from typing import Any
 import quickjs_rs
 import wasmtime
 from quickjs_rs import Runtime, Snapshot
+
+from cellblock.guest._crossings import ControllerCalls
 
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
@@ -186,6 +189,12 @@ def _engine_build_id() -> str:
 _ENGINE_BUILD_ID = _engine_build_id()
 
 
+@functools.cache
+def _controller_source() -> str:
+    """The controller's source text (read once per process)."""
+    return resources.files(__package__).joinpath("controller.js").read_text("utf-8")
+
+
 class CellVM:
     """One QuickJS VM with the cellblock controller installed.
 
@@ -196,6 +205,9 @@ class CellVM:
     """
 
     def __init__(self, *, memory_limit_bytes: int, deadline: float) -> None:
+        # The precompiled module first: a VM made before it is loaded would
+        # compile the wasm itself (1-2 s under the cell's CPU quota).
+        preload_engine()
         self.deadline = deadline
         self.interrupted = False
         self._runtime = Runtime(memory_limit=memory_limit_bytes, stack_limit=None)
@@ -210,6 +222,19 @@ class CellVM:
         self._instance = self._ctx._engine_ctx._inst
         self._instance.store.set_limits(memory_size=memory_limit_bytes + WASM_HEADROOM_BYTES)
         self._ctrl: quickjs_rs.Handle | None = None
+        self._factory: quickjs_rs.Handle | None = None
+        self._methods: dict[str, quickjs_rs.Handle] = {}
+        self._calls = ControllerCalls(self._ctx)
+
+    @classmethod
+    def prepared(cls, *, memory_limit_bytes: int) -> CellVM:
+        """A VM made ahead of its leg (engine, callbacks, controller factory); no leg, no guest code in it yet.
+
+        :meth:`install` then only calls the factory; the leg sets ``vm.deadline`` when it starts.
+        """
+        vm = cls(memory_limit_bytes=memory_limit_bytes, deadline=time.monotonic() + 3600.0)
+        vm._factory = vm._guard(lambda: vm._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
+        return vm
 
     def _interrupt(self) -> bool:
         if time.monotonic() >= self.deadline:
@@ -220,10 +245,12 @@ class CellVM:
     # -- lifecycle --
     def install(self, config: dict[str, Any]) -> None:
         """Evaluates the controller with ``config`` and keeps its handle."""
-        source = resources.files(__package__).joinpath("controller.js").read_text("utf-8")
         config = dict(config, wrapperPrefix=_WRAPPER_PREFIX, wrapperSuffix=_WRAPPER_SUFFIX)
+        factory = self._factory
+        self._factory = None
         try:
-            factory = self._guard(lambda: self._ctx.eval_handle(source, filename="cellblock:controller.js"))
+            if factory is None:
+                factory = self._guard(lambda: self._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
             self._ctrl = self._guard(lambda: factory.call(json.loads(json.dumps(config))))
         except ControllerFaultError as exc:
             # No guest code has run yet: this is the cell's own fault.
@@ -241,7 +268,8 @@ class CellVM:
 
     def settle(self, bridge_id: str, ok: bool, payload: str, code: str) -> None:
         """Settles one bridge request and runs the job queue."""
-        self._guard(lambda: self._controller("settle").call(bridge_id, ok, payload, code))
+        packed = json.dumps([bridge_id, ok, code], separators=(",", ":")) + "\n" + payload
+        self._guard(lambda: self._calls.call(self._raw("settleText"), packed, result=False))
         self.drain()
 
     def drain(self) -> None:
@@ -271,6 +299,14 @@ class CellVM:
     def status(self) -> dict[str, Any]:
         """Returns the controller's view of the leg (phase, host work, ...); absent fields are left out."""
         return _reply(self._guard(lambda: self._controller("status").call().to_python()), _STATUS_FIELDS)
+
+    def report(self) -> tuple[Outbox, dict[str, Any]]:
+        """Takes the outbox and reads the status in one controller call (:meth:`take`, then :meth:`status`)."""
+        text = self._guard(lambda: self._calls.call(self._raw("reportJson"), None, result=True))
+        value = json.loads(text) if isinstance(text, str) else None
+        if not isinstance(value, list) or len(value) != 2:
+            raise RuntimeError("the controller returned an invalid report")
+        return _outbox(_reply(value[0], _TAKE_FIELDS)), _reply(value[1], _STATUS_FIELDS)
 
     def take(self) -> Outbox:
         """Takes the controller's outbox (requests, output, omissions) and empties it."""
@@ -321,12 +357,15 @@ class CellVM:
         start = len(_SNAPSHOT_MAGIC) + 4
         slot = int.from_bytes(compressed[len(_SNAPSHOT_MAGIC) : start], "big")
         raw = zlib.decompress(compressed[start:])
+        self._factory = None  # the restored heap replaces the prepared one
         self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
         self._ctrl = _adopt_slot(self._ctx, slot)
+        self._methods = {}
         self._guard(lambda: self._controller("resume").call(json.loads(json.dumps(config))))
 
     def close(self) -> None:
         """Releases the engine."""
+        self._calls.close()
         try:
             self._runtime.close()
         except Exception:  # noqa: BLE001 - a poisoned engine may fail to close
@@ -334,8 +373,17 @@ class CellVM:
 
     # -- helpers --
     def _controller(self, name: str) -> quickjs_rs.Handle:
+        # The controller object is frozen: its methods never change, so each
+        # handle is looked up once per controller (a restore brings a new one).
         assert self._ctrl is not None
-        return self._ctrl.get(name)
+        method = self._methods.get(name)
+        if method is None:
+            method = self._methods[name] = self._ctrl.get(name)
+        return method
+
+    def _raw(self, name: str) -> int:
+        """The raw engine handle of a controller method (see :mod:`._crossings`)."""
+        return int(self._controller(name)._require_live()._require_live())
 
     def _guard(self, fn: Any) -> Any:
         self._runtime._deadline = self.deadline

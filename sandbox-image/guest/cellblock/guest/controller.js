@@ -57,6 +57,7 @@
   const arrayJoin = Array.prototype.join;
   const strSplit = String.prototype.split;
   const strSlice = String.prototype.slice;
+  const strIndexOf = String.prototype.indexOf;
   const strReplace = String.prototype.replace;
   const strStartsWith = String.prototype.startsWith;
   const regexExec = RegExp.prototype.exec;
@@ -698,6 +699,12 @@
   // guest accessor could throw.
   const STATUS_FIELDS = ["phase", "hostWork", "failureKind", "failureMessage", "failureBridgeId", "valueJson", "reason"];
   const TAKE_FIELDS = ["items", "omittedEntries", "omittedBytes", "firstOmitted"];
+  // A reply (an array of primitives and nulls, made by replyOf) as JSON text.
+  function replyJson(reply) {
+    let text = "[";
+    for (let i = 0; i < reply.length; i++) text += (i ? "," : "") + (reply[i] === null ? "null" : jsonStringify(reply[i]));
+    return text + "]";
+  }
   function replyOf(fields, names) {
     const reply = [];
     for (let i = 0; i < names.length; i++) {
@@ -751,6 +758,22 @@
         entry.reject(err);
       }
       return true;
+    },
+    // settle() with its arguments packed into one string, so the agent makes
+    // one engine string per settlement: a JSON header [id, ok, code], a line
+    // feed (never inside the compact header), then the payload text as is.
+    settleText(text) {
+      const cut = call(strIndexOf, text, "\n");
+      const head = jsonParse(call(strSlice, text, 0, cut));
+      return controller.settle(head[0], head[1] === true, call(strSlice, text, cut + 1), head[2]);
+    },
+    // take() and status() in one call and one JSON text [take, status]: the
+    // outbox first (output a value's toJSON writes while status() serialises
+    // it waits for the next take). Made from their primitives one by one, so
+    // no array or object is serialised and no guest toJSON can take part.
+    reportJson() {
+      const taken = controller.take();
+      return "[" + replyJson(taken) + "," + replyJson(controller.status()) + "]";
     },
     // Returns the leg's state for the guest agent (STATUS_FIELDS).
     status() {

@@ -202,4 +202,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             if run.state == "suspended" and await self._registry.discard(run.run_id):
                 discarded += 1
         self._state.catalogs.pop(scope, None)
+        if self._state.scope_cells is not None:
+            # The scope's kept cells go with it (SPEC §16.2 item 2).
+            self._state.scope_cells.end_scope(scope)
         return pb.DeleteCatalogResponse(aborted_legs=aborted, discarded_runs=discarded)

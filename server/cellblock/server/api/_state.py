@@ -67,6 +67,8 @@ class ServiceState:
 
     #: This process's runs over the run store (a ``RunRegistry``), set at start.
     registry: Any = None
+    #: Cells kept for their scope's next leg (``cells.ScopeCells``) under ``CELLBLOCK_CELL_REUSE=scope``.
+    scope_cells: Any = None
 
     def poke_run(self, run_id: str, bridge_id: str) -> None:
         """Tells the legs serving ``run_id`` that ``bridge_id`` settled on the run."""

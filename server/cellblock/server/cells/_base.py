@@ -12,6 +12,7 @@ import abc
 from dataclasses import dataclass
 
 from cellblock.server.cells._bridge import DEFAULT_MAX_MESSAGE_BYTES, CellBridge
+from cellblock.server.cells._reaper import CellReaper
 
 
 class CellStartError(Exception):
@@ -84,6 +85,8 @@ class Executor(abc.ABC):
 
     def __init__(self) -> None:
         self.cells_started = 0
+        #: Removes ended cells off the legs' reply path (awaited at close).
+        self.reaper = CellReaper()
 
     @property
     @abc.abstractmethod
@@ -129,5 +132,6 @@ class Executor(abc.ABC):
         """
         return 0
 
-    async def close(self) -> None:  # noqa: B027 - optional hook
-        """Releases executor resources."""
+    async def close(self) -> None:
+        """Releases executor resources; waits for every retired cell's removal first."""
+        await self.reaper.drain()

@@ -101,20 +101,23 @@ class _Servicer(pb_grpc.BridgeServiceServicer):
         bridge.token_used = True
         bridge.engine_build_id = first.hello.engine_build_id
         bridge.attached.set()
+        # This stream serves one leg: what it reads and writes stays with that
+        # leg even once the bridge is re-armed for the next (CellBridge.recycle).
+        generation, outbox = bridge.generation, bridge.outbox
 
         async def pump() -> None:
             try:
                 async for msg in iterator:
-                    await bridge.inbox.put(msg)
+                    bridge.received(msg, generation)
             except (grpc.aio.AioRpcError, asyncio.CancelledError):
                 pass
             finally:
-                await bridge.inbox.put(None)
+                bridge.received(None, generation)
 
         reader = asyncio.create_task(pump())
         try:
             while True:
-                out = await bridge.outbox.get()
+                out = await outbox.get()
                 if out is None:
                     return
                 yield out
@@ -151,6 +154,32 @@ class CellBridge:
         self._socket_uid = socket_uid
         self._server: grpc.aio.Server | None = None
         self._on_close: Callable[[], None] | None = None
+        self._sink: Callable[[pb.AttachRequest | None], None] | None = None
+        self._on_rekey: Callable[[str, str], None] | None = None
+        #: Counts the legs this bridge was armed for (:meth:`recycle`).
+        self.generation = 0
+
+    def received(self, msg: pb.AttachRequest | None, generation: int) -> None:
+        """Takes one guest message (``None``: the stream ended) from the stream of leg ``generation``.
+
+        A message of an earlier leg's stream (it ends after :meth:`recycle`) is dropped.
+        """
+        if generation != self.generation:
+            return
+        if self._sink is not None:
+            self._sink(msg)
+        else:
+            self.inbox.put_nowait(msg)
+
+    def deliver_to(self, sink: Callable[[pb.AttachRequest | None], None]) -> None:
+        """Hands every guest message to ``sink`` from now on, those already in :attr:`inbox` first.
+
+        The leg that owns the cell calls this once: messages then reach its
+        event queue with no queue and task in between.
+        """
+        while not self.inbox.empty():
+            sink(self.inbox.get_nowait())
+        self._sink = sink
 
     @property
     def socket_path(self) -> str:
@@ -196,6 +225,33 @@ class CellBridge:
     def send(self, msg: pb.AttachResponse) -> None:
         """Queues a message for the cell."""
         self.outbox.put_nowait(msg)
+
+    def recycle(self) -> None:
+        """Hands the cell to the next leg of its scope (SPEC §16.2 items 2-3).
+
+        Sends the cell the next leg's one-time token (``Recycle``), ends this
+        leg's stream, and re-arms the bridge: a new token, nothing attached,
+        empty queues. The cell's agent then releases its VM, prepares a fresh
+        one and attaches again with the new token; the old token is refused
+        from now on. Call only after the guest's ``end``.
+        """
+        token = secrets.token_hex(32)
+        self.outbox.put_nowait(pb.AttachResponse(recycle=pb.Recycle(next_cell_token=token)))
+        self.outbox.put_nowait(None)
+        old, self.token = self.token, token
+        self.token_used = False
+        self.engine_build_id = ""
+        self.inbox = asyncio.Queue()
+        self.outbox = asyncio.Queue()
+        self.attached = asyncio.Event()
+        self._sink = None
+        self.generation += 1
+        if self._on_rekey is not None:
+            self._on_rekey(old, token)
+
+    def hang_up(self) -> None:
+        """Ends the cell's stream now; nothing more reaches the cell. Idempotent."""
+        self.outbox.put_nowait(None)
 
     async def close(self) -> None:
         """Ends the cell's stream, stops its transport and removes its socket directory. Idempotent."""
@@ -281,13 +337,20 @@ class BridgeListener:
     def open(self) -> CellBridge:
         """Registers a new cell bridge (its own one-time token) on this port."""
         bridge = CellBridge()
-        key = _token_key(bridge.token)
-        self._bridges[key] = bridge
+        keys = [_token_key(bridge.token)]
+        self._bridges[keys[0]] = bridge
 
         def forget() -> None:
-            self._bridges.pop(key, None)
+            self._bridges.pop(keys[0], None)
+
+        def rekey(old: str, new: str) -> None:
+            # A recycled cell's next leg attaches with its new token only.
+            self._bridges.pop(_token_key(old), None)
+            keys[0] = _token_key(new)
+            self._bridges[keys[0]] = bridge
 
         bridge._on_close = forget
+        bridge._on_rekey = rekey
         return bridge
 
     @property

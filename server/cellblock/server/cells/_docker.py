@@ -20,7 +20,7 @@ import docker
 import docker.errors
 
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
-from cellblock.server.cells._lockdown import BRIDGE_SOCKET_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, Lockdown
+from cellblock.server.cells._lockdown import BRIDGE_SOCKET_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, MEMORY_LIMIT_ENV, Lockdown
 from cellblock.server.limits import CELL_STATE_CHECK_S
 
 #: Threads for Docker API calls, and for cells' exit waiters (one per live cell).
@@ -106,6 +106,8 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
         "environment": {
             BRIDGE_SOCKET_ENV: f"{CELL_BRIDGE_MOUNT}/bridge.sock",
             CELL_TOKEN_ENV: spec.cell_token,
+            # Lets the agent prepare its VM before the leg starts (not a secret).
+            MEMORY_LIMIT_ENV: str(spec.memory_limit_bytes),
         },
         "volumes": {spec.bridge_dir: {"bind": CELL_BRIDGE_MOUNT, "mode": "rw"}},
         "labels": {CELL_LABEL: spec.cell_id, INSTANCE_LABEL: instance_id, **config.extra_labels},
@@ -307,6 +309,7 @@ class DockerExecutor(Executor):
         return [str(c.attrs.get("Names", ["?"])[0]).lstrip("/") for c in found]
 
     async def close(self) -> None:
+        await self.reaper.drain()
         if self._client is not None:
             # Not through the API pool: its threads may all wait on an engine that stopped answering.
             self._client.close()

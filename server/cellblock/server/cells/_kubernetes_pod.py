@@ -12,7 +12,7 @@ from typing import Any
 
 from cellblock.server.cells._base import CellSpec
 from cellblock.server.cells._bridge import BridgeTls
-from cellblock.server.cells._lockdown import BRIDGE_ADDRESS_ENV, BRIDGE_TLS_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, Lockdown
+from cellblock.server.cells._lockdown import BRIDGE_ADDRESS_ENV, BRIDGE_TLS_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, MEMORY_LIMIT_ENV, Lockdown
 
 CELL_LABEL = "io.cellblock.cell"
 INSTANCE_LABEL = "io.cellblock.instance"
@@ -130,7 +130,11 @@ def pod_manifest(config: KubernetesExecutorConfig, spec: CellSpec, *, bridge_add
     memory = str(lock.memory_bytes(spec.memory_limit_bytes))
     seccomp = {"type": "Localhost", "localhostProfile": lock.seccomp_localhost_name}
     limits = {"cpu": f"{lock.cpu_millis}m", "memory": memory, "ephemeral-storage": str(lock.ephemeral_storage_bytes)}
-    env = [{"name": BRIDGE_ADDRESS_ENV, "value": bridge_address}, {"name": CELL_TOKEN_ENV, "value": spec.cell_token}]
+    env = [
+        {"name": BRIDGE_ADDRESS_ENV, "value": bridge_address},
+        {"name": CELL_TOKEN_ENV, "value": spec.cell_token},
+        {"name": MEMORY_LIMIT_ENV, "value": str(spec.memory_limit_bytes)},
+    ]
     container: dict[str, Any] = {
         "name": "cell",
         "image": config.image,

@@ -25,6 +25,8 @@ CELL_UID = 65532
 BRIDGE_SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
 BRIDGE_ADDRESS_ENV = "CELLBLOCK_BRIDGE_ADDRESS"
 CELL_TOKEN_ENV = "CELLBLOCK_CELL_TOKEN"
+#: The engine heap limit the cell is sized for (not a secret): the agent prepares its VM before the leg.
+MEMORY_LIMIT_ENV = "CELLBLOCK_MEMORY_LIMIT_BYTES"
 #: Address families a TCP-bridge cell may open sockets in (pod IPs are IPv4 or IPv6).
 _TCP_FAMILIES = ((2, "AF_INET"), (10, "AF_INET6"))
 #: TLS material for a TCP bridge with mutual authentication (paths inside the cell).

@@ -12,7 +12,9 @@ fresh cell as before (the pool never changes isolation, only latency).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import math
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -29,6 +31,11 @@ log = structlog.get_logger("cellblock.pool")
 #: Seconds a warm cell may wait before it is replaced (its agent gives up
 #: waiting for ``start`` after about 90 s).
 MAX_IDLE_S = 60.0
+#: Window over which the pool measures the leg rate, in seconds.
+RATE_WINDOW_S = 10.0
+#: Most cells the pool starts at once: it grows step by step, so a burst
+#: never doubles the engine's container churn on top of the legs' own starts.
+MAX_STARTING = 2
 
 
 @dataclass
@@ -50,18 +57,28 @@ class WarmCell:
 class WarmPool:
     """Keeps ``size`` cells of one memory limit ready.
 
+    The pool sizes itself: it keeps at least ``size`` cells, and as many more
+    as legs arrive while one cell starts (:meth:`target_size`), at most
+    ``max_size`` (``CELLBLOCK_MAX_CONCURRENT_LEGS``), so a burst falls back to
+    cold starts only until the pool catches up.
+
     Args:
         executor: Starts the cells.
         socket_base: Host directory for the cells' socket directories.
-        size: Cells kept ready (0 disables the pool).
+        size: Cells kept ready at least (0 disables the pool).
         memory_limit_bytes: The engine limit the pooled containers are sized
             for; legs with another limit start a fresh cell.
+        max_size: Most cells kept ready (defaults to ``size``: fixed size).
     """
 
-    def __init__(self, executor: Executor, socket_base: str, *, size: int, memory_limit_bytes: int) -> None:
+    def __init__(self, executor: Executor, socket_base: str, *, size: int, memory_limit_bytes: int, max_size: int | None = None) -> None:
         self._executor = executor
         self._socket_base = socket_base
         self.size = size
+        self.max_size = max(size, max_size if max_size is not None else size)
+        self._acquired_at: collections.deque[float] = collections.deque()
+        #: Smoothed seconds from container start to attach (the refill time).
+        self.start_s = 2.0
         self.memory_limit_bytes = memory_limit_bytes
         self._ready: list[WarmCell] = []
         self._starting = 0
@@ -85,6 +102,7 @@ class WarmPool:
         if self._closed or memory_limit_bytes != self.memory_limit_bytes:
             return None
         now = time.monotonic()
+        self._acquired_at.append(now)
         while self._ready:
             warm = self._ready.pop(0)
             if now - warm.ready_at < MAX_IDLE_S and not warm.bridge.inbox.qsize():
@@ -96,6 +114,26 @@ class WarmPool:
         self.misses += 1
         self._wake.set()
         return None
+
+    @property
+    def ready_count(self) -> int:
+        """Cells ready to be taken now."""
+        return len(self._ready)
+
+    def target_size(self) -> int:
+        """Cells to keep ready now, within ``size`` … ``max_size``.
+
+        The larger of: the legs that arrived within the last refill time (a
+        burst asks for as many cells as it had legs), and the legs expected
+        during one refill at the rate of the last :data:`RATE_WINDOW_S`.
+        """
+        now = time.monotonic()
+        while self._acquired_at and self._acquired_at[0] < now - RATE_WINDOW_S:
+            self._acquired_at.popleft()
+        refill_s = max(1.0, self.start_s)
+        burst = sum(1 for t in self._acquired_at if t >= now - refill_s)
+        steady = math.ceil(len(self._acquired_at) / RATE_WINDOW_S * refill_s)
+        return max(self.size, min(self.max_size, max(burst, steady)))
 
     async def take(self, memory_limit_bytes: int) -> WarmCell | None:
         """Like :meth:`acquire`, but only hands out a cell that still runs and is not paused.
@@ -131,10 +169,19 @@ class WarmPool:
     async def _refill_forever(self) -> None:
         while not self._closed:
             now = time.monotonic()
-            for warm in [w for w in self._ready if now - w.ready_at >= MAX_IDLE_S]:
-                self._ready.remove(warm)
-                await self._drop(warm)
-            missing = self.size - len(self._ready) - self._starting
+            target = self.target_size()
+            surplus = len(self._ready) - target
+            retired = []
+            for warm in list(self._ready):
+                # Too old, or above the target for a whole rate window: retire.
+                # Taken out of the list before any await, so acquire() never
+                # hands over a cell that is being dropped (and vice versa).
+                if now - warm.ready_at >= MAX_IDLE_S or (surplus > 0 and now - warm.ready_at >= RATE_WINDOW_S):
+                    surplus -= 1
+                    self._ready.remove(warm)
+                    retired.append(warm)
+            await asyncio.gather(*(self._drop(w) for w in retired), return_exceptions=True)
+            missing = min(self.target_size() - len(self._ready) - self._starting, MAX_STARTING - self._starting)
             for _ in range(max(0, missing)):
                 self._starting += 1
                 task = asyncio.ensure_future(self._start_one())
@@ -146,6 +193,7 @@ class WarmPool:
 
     async def _start_one(self) -> None:
         warm: WarmCell | None = None
+        began = time.monotonic()
         try:
             bridge = await self._executor.open_bridge(self._socket_base, pooled_bridge_message_bytes(self.memory_limit_bytes), ping=True)
             spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=self.memory_limit_bytes)
@@ -159,6 +207,7 @@ class WarmPool:
             warm = WarmCell(bridge, cell, self.memory_limit_bytes)
             await asyncio.wait_for(bridge.attached.wait(), timeout=ATTACH_TIMEOUT_S)
             warm.ready_at = time.monotonic()
+            self.start_s = 0.7 * self.start_s + 0.3 * (warm.ready_at - began)
             if self._closed:
                 await self._drop(warm)
                 return
@@ -170,6 +219,7 @@ class WarmPool:
             await asyncio.sleep(1.0)  # back off; legs still start fresh cells
         finally:
             self._starting -= 1
+            self._wake.set()
 
     async def close(self) -> None:
         """Stops refilling and destroys every ready or starting cell."""

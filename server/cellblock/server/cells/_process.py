@@ -72,6 +72,7 @@ class ProcessExecutor(Executor):
             "PYTHONPATH": path,
             "CELLBLOCK_BRIDGE_SOCKET": os.path.join(spec.bridge_dir, "bridge.sock"),
             "CELLBLOCK_CELL_TOKEN": spec.cell_token,
+            "CELLBLOCK_MEMORY_LIMIT_BYTES": str(spec.memory_limit_bytes),
         }
         try:
             proc = await asyncio.create_subprocess_exec(sys.executable, "-m", self._module, env=env)

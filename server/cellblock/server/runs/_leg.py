@@ -1,13 +1,14 @@
 """One leg of a run in a cell: start it, attach it, drive its settle loop (SPEC §10.2-10.4).
 
-A leg owns exactly one cell. It starts it, feeds it the program (or the
-snapshot), answers its bridge requests, forwards nested calls to the runtime,
-enforces the deadline with the host watchdog, and ends with one result. Every
-path out of :meth:`Leg.run` destroys the cell and removes its socket
-directory. Request policy is :mod:`~cellblock.server.runs._policy`, the shared
-settle-loop parts :mod:`~cellblock.server.runs._settle`, and the mapping of a
-guest's failure :mod:`~cellblock.server.runs._guest_failure`, and the bounded wait
-for a cell :mod:`~cellblock.server.runs._cell_wait`.
+A leg owns exactly one cell. It starts it (or takes a warm or, under cell reuse, its
+scope's kept cell), feeds it the program (or the snapshot), answers its bridge requests,
+forwards nested calls to the runtime, enforces the deadline with the host watchdog, and
+ends with one result. Every path out of :meth:`Leg.run` destroys the cell and removes its
+socket directory, unless cell reuse keeps it for the scope's next leg (SPEC §16.2,
+:mod:`~cellblock.server.runs._reuse_rule`). Request policy is :mod:`~cellblock.server.runs._policy`,
+the shared settle-loop parts :mod:`~cellblock.server.runs._settle`, the mapping of a guest's
+failure :mod:`~cellblock.server.runs._guest_failure`, and the bounded wait for a cell
+:mod:`~cellblock.server.runs._cell_wait`.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ import structlog
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.cells import Cell, CellBridge, Executor, WarmPool
+from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells, WarmPool
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
-from cellblock.server.runs._guest_failure import completed_outcome, exit_failure, guest_failure
+from cellblock.server.runs._guest_failure import exit_failure
+from cellblock.server.runs._leg_end import LegEnding
 from cellblock.server.runs._output import NotSerializableError
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
-from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, RunStatus, failed
-from cellblock.server.runs._settle import SettleLoop
+from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace
 
@@ -38,7 +39,7 @@ from cellblock.server.telemetry import LegTrace
 _CHUNK = bpb.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
 
 
-class Leg(SettleLoop):
+class Leg(LegEnding):
     """Runs one leg of ``run`` in a fresh cell.
 
     Args:
@@ -54,6 +55,7 @@ class Leg(SettleLoop):
         snapshot: The run's stored snapshot when resuming (``None`` for exec).
         pool: Warm cells, if the deployment keeps any.
         cell_wait_s: Bound on waiting for a cell (start and attach), outside the program's budget ([R21]).
+        scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``), else ``None``.
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Leg(SettleLoop):
         snapshot: bytes | None = None,
         pool: WarmPool | None = None,
         cell_wait_s: float = DEFAULT_CELL_WAIT_MS / 1000,
+        scope_cells: ScopeCells | None = None,
     ) -> None:
         super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot, slot_cap=slot_cap)
         self.executor = executor
@@ -80,8 +83,14 @@ class Leg(SettleLoop):
         self.cell_wait_s = cell_wait_s
         #: When waiting for a cell (start and attach) gives up ([R21]); set when the leg starts.
         self._cell_wait_until = 0.0
+        self.scope_cells = scope_cells
         self._bridge: CellBridge | None = None
         self._cell: Cell | None = None
+        self._kept: ScopeCell | None = None
+        #: The guest's end was clean and accepted; nothing put the cell in doubt (SPEC §16.2 item 2).
+        self._clean_end = False
+        self._in_doubt = False
+        self._outcome: LegOutcome | None = None
         self._suspend_sent = False
         self._out_of_memory = False  # the engine's verdict on an exit 137
         #: True once the cell has its Start message; settlements before that are delivered with it.
@@ -112,24 +121,30 @@ class Leg(SettleLoop):
         run.legs += 1
         # Waiting for a cell has its own bound, outside the program's budget (SPEC §10.2 item 3).
         self._cell_wait_until = loop.time() + self.cell_wait_s
-        # A warm cell (started and attached ahead of time, still alive) when the pool has
-        # one of this size; otherwise a fresh cell. Either serves this leg only.
-        warm = await self.pool.take(run.limits.memory_limit_bytes) if self.pool is not None else None
-        cell_id = warm.cell.cell_id if warm is not None else "cell_" + secrets.token_hex(8)
+        # The scope's kept cell (cell reuse), else a warm cell (started and attached ahead
+        # of time, still alive) of this size, else a fresh cell.
+        scope = (run.session_id, run.agent_run_id)
+        self._kept = self.scope_cells.take(scope, run.limits.memory_limit_bytes) if self.scope_cells is not None else None
+        warm = await self.pool.take(run.limits.memory_limit_bytes) if self.pool is not None and self._kept is None else None
+        ready = self._kept or warm
+        cell_id = ready.cell.cell_id if ready is not None else "cell_" + secrets.token_hex(8)
         self._log = self._log.bind(cell_id=cell_id)
         structlog.contextvars.bind_contextvars(cell_id=cell_id)
         self.trace.acquiring(cell_id)
         try:
-            if warm is not None:
-                self._bridge, self._cell = warm.bridge, warm.cell
+            reused = self._kept is not None
+            if ready is not None:
+                self._bridge, self._cell = ready.bridge, ready.cell
             else:
                 fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits, self._cell_wait_until, self.cell_wait_s, self._log)
                 if isinstance(fresh, LegOutcome):
                     return fresh
                 self._bridge, self._cell = fresh
-            self._log.debug("cell.started", runtime_id=self._cell.runtime_id)
+            if self._kept is None and self.scope_cells is not None:
+                self._kept = self.scope_cells.begin(scope, self._cell, self._bridge, run.limits.memory_limit_bytes)
+            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=reused)
             self.trace.started(self._cell.runtime_id)
-            outcome = await self._attach_and_drive(loop)
+            outcome = self._outcome = await self._attach_and_drive(loop)
             outcome.cell_id = cell_id
             return outcome
         finally:
@@ -137,25 +152,15 @@ class Leg(SettleLoop):
 
     async def _cleanup(self) -> None:
         self._cancel_tasks()
-        if self._cell is not None:
-            try:
-                await self._cell.remove()
-            except Exception as exc:  # noqa: BLE001 - cleanup must go on
-                self._log.error("cell.remove_failed", error=exc.__class__.__name__)
-        if self._bridge is not None:
-            await self._bridge.close()
+        self.release_cell()
 
-    async def _pump_inbox(self) -> None:
-        assert self._bridge is not None
-        while True:
-            item = await self._bridge.inbox.get()
-            await self.ports.events.put(GuestMessage(item))
-            if item is None:
-                return
+    def _deliver_guest(self, item: bpb.AttachRequest | None) -> None:
+        self.ports.events.put_nowait(GuestMessage(item))
 
     async def _watch_cell(self) -> None:
         assert self._cell is not None
-        code = await self._cell.wait()
+        # A kept cell has one exit waiter for all its legs.
+        code = await (asyncio.shield(self._kept.exited) if self._kept is not None else self._cell.wait())
         self._out_of_memory = code == 137 and await self._cell.out_of_memory()  # else a kill from outside (R12)
         await self.ports.events.put(CellExited(code))
 
@@ -175,7 +180,8 @@ class Leg(SettleLoop):
         if snapshot is not None and run.engine_build_id and self._bridge.engine_build_id != run.engine_build_id:
             return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.R19)
         run.engine_build_id = self._bridge.engine_build_id
-        self._spawn(self._pump_inbox())
+        # Guest messages go onto the leg's event queue as the bridge reads them.
+        self._bridge.deliver_to(self._deliver_guest)
         self._send_start(loop, snapshot)
         self._started = True
         # Deliver what settled while the run was suspended, in completion order.
@@ -224,7 +230,7 @@ class Leg(SettleLoop):
                 self._suspend()
             timeout = (self.deadline - now) if now < self.deadline else (kill_at - now)
             try:
-                event = await asyncio.wait_for(self.ports.events.get(), timeout=max(0.0, timeout))
+                event = await self._next_event(timeout)
             except TimeoutError:
                 if loop.time() >= kill_at:
                     assert self._cell is not None
@@ -248,6 +254,14 @@ class Leg(SettleLoop):
                     outcome = self.on_runtime_event(event, loop.time())
             if outcome is not None:
                 return outcome
+
+    async def _next_event(self, timeout: float) -> Any:
+        """The next leg event (one queued at once; no ``wait_for`` task per event); ``TimeoutError`` after ``timeout`` s."""
+        events = self.ports.events
+        if not events.empty():
+            return events.get_nowait()
+        async with asyncio.timeout(max(0.0, timeout)):
+            return await events.get()
 
     def _on_guest(self, message: bpb.AttachRequest | None) -> Awaitable[LegOutcome] | None:
         self.trace.guest_spoke()
@@ -301,6 +315,7 @@ class Leg(SettleLoop):
             return
         loop = asyncio.get_running_loop()
         if refuse_over_host_limits(self.run_, p, loop.time()):
+            self._in_doubt = True  # the controller's own layer let it through
             self.on_settled(p)  # the host's second layer answered it (B23/B24)
             return
         step = process_request(self.run_, p, loop.time())
@@ -321,6 +336,7 @@ class Leg(SettleLoop):
     def _refuse_protocol(self, violation: ProtocolViolation) -> None:
         """Rejects a protocol violation ([P01]-[P03]) back to the guest now, not at the watchdog (SPEC §14.5)."""
         assert self._bridge is not None
+        self._in_doubt = True  # a bridge protocol break: the cell is never reused (SPEC §16.2)
         settle = bpb.Settle(bridge_id=violation.bridge_id[:MAX_BRIDGE_ID_CHARS], error=bpb.BridgeError(message=violation.message))
         self._bridge.send(bpb.AttachResponse(settle=settle))
 
@@ -408,36 +424,3 @@ class Leg(SettleLoop):
         except (ValueError, RecursionError):
             first = ""
         self.run_.budget.record_omitted(max(0, omission.omitted_entries), max(0, omission.omitted_bytes), first if isinstance(first, str) else "")
-
-    async def _on_end(self, end: bpb.LegEnd) -> LegOutcome:
-        run = self.run_
-        which = end.WhichOneof("outcome")
-        if which == "completed":
-            return completed_outcome(run, end.completed, self._log)
-        if which == "suspended":
-            return await self._on_suspended(end.suspended)
-        if which == "failed":
-            self.abandon_dispatched()
-            return guest_failure(run, end.failed, self._log)
-        self._log.error("bridge.invalid_end")
-        return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
-
-    async def _on_suspended(self, suspended: bpb.Suspended) -> LegOutcome:
-        run = self.run_
-        data = b"".join(self._snapshot_parts)
-        if len(data) != suspended.snapshot_bytes:
-            self._log.error("bridge.snapshot_size_mismatch")
-            return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
-        if len(data) > run.limits.max_snapshot_bytes:
-            self.abandon_dispatched()
-            self._log.warning("snapshot.too_large", snapshot_bytes=len(data))
-            self.trace.snapshot_stored(len(data), suspended.raw_bytes, error="snapshot_limit_exceeded")
-            return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(len(data), run.limits.max_snapshot_bytes))
-        if not run.holds_slot and not await self._reserve_slot(run):
-            self.abandon_dispatched()
-            return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))
-        # The runner parks the run: its record and snapshot in one store transaction.
-        run.snapshot_bytes = len(data)
-        self.trace.snapshot_stored(len(data), suspended.raw_bytes)
-        reason = "yield" if run.pending and all(p.method is BridgeMethod.YIELD for p in run.pending.values()) else "pending_tools"
-        return LegOutcome(status=RunStatus.WAITING, reason=reason, snapshot=data)

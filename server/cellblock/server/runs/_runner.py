@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from cellblock.server import messages as msg
-from cellblock.server.cells import Executor, WarmPool
+from cellblock.server.cells import Executor, ScopeCells, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, SOURCE_BUDGET_MS
 from cellblock.server.runs._codec import RunDecodeError
@@ -91,6 +91,7 @@ class Runner:
         pool: Warm cells, if any.
         cpu: Worker processes for CPU-heavy steps (default: the process-wide pool).
         cell_wait_ms: Bound on waiting for a cell, outside the program's budget ([R21]).
+        scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``, SPEC §16.2).
     """
 
     def __init__(
@@ -102,11 +103,13 @@ class Runner:
         pool: WarmPool | None = None,
         cpu: CpuPool | None = None,
         cell_wait_ms: int = DEFAULT_CELL_WAIT_MS,
+        scope_cells: ScopeCells | None = None,
     ) -> None:
         self.config = config
         self.cell_wait_ms = cell_wait_ms
         self.cpu = cpu or cpu_pool()
         self.pool = pool
+        self.scope_cells = scope_cells
         self.executor = executor
         self.registry = registry
         self.socket_base = socket_base
@@ -299,6 +302,7 @@ class Runner:
             snapshot=snapshot,
             pool=self.pool,
             cell_wait_s=self.cell_wait_ms / 1000.0,
+            scope_cells=self.scope_cells,
         )
 
     async def _run_leg(self, leg: Leg, telemetry: Telemetry) -> LegReport:

@@ -1,0 +1,49 @@
+"""``make bench``: every section in one run; tables on stdout, CSV and PNG under build/bench/.
+
+Logs are silenced (the service's structlog output and library loggers), so
+only the tables print. The tables are also written to build/bench/report.txt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+import structlog
+
+
+def _quiet() -> None:
+    # Libraries that set their own logger levels (bm25s logs at DEBUG) are
+    # silenced too: nothing but the tables reaches the terminal.
+    logging.disable(logging.CRITICAL)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+
+
+def main() -> None:
+    """Runs every section, writes the files, prints where."""
+    # The run-store and noisy-neighbour sections' sample counts, within the 5-minute budget.
+    os.environ.setdefault("BENCH_STORE_ROUNDS", "9")
+    os.environ.setdefault("BENCH_NORMAL_EXECS", "2")
+    from bench import catalog_search, exec_latency, final_value_rss, noisy_neighbour, run_store
+    from bench._report import OUT_DIR, Report
+
+    _quiet()
+    started = time.perf_counter()
+    report = Report()
+    asyncio.run(exec_latency.run(report))
+    report.write()
+    print("\n## Catalog search (500 tools)", flush=True)
+    catalog_search.main()
+    print("\n## Run store (memory:, SQLite, PostgreSQL)", flush=True)
+    asyncio.run(run_store.main())
+    print("\n## Noisy neighbours (issue 11)", flush=True)
+    asyncio.run(noisy_neighbour.main())
+    print("\n## Big final values: service memory (issue 11)", flush=True)
+    asyncio.run(final_value_rss.main())
+    print(f"\nwrote {OUT_DIR}/samples.csv, summary.csv, report.txt, latency.png ({time.perf_counter() - started:.0f} s in all)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""The baselines every cellblock row is read against, measured in the same run.
+
+- in-process quickjs-rs: a fresh runtime and context, one host function
+  registered, the program evaluated and its job queue drained (the engine floor).
+- bare ``docker run --rm`` of the cell image with the cell's lockdown flags,
+  running ``python3 -c pass`` (the container floor).
+- llm-sandbox (PyPI, Docker backend): a widely used Docker-per-run sandbox
+  library running the equivalent JavaScript with ``node`` in
+  ``cellblock-bench-node:bookworm``, built here from the cellblock base image
+  with Node.js from Debian packages (bench/node-image/Dockerfile; no registry).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from quickjs_rs import Runtime
+
+IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
+NODE_IMAGE = "cellblock-bench-node:bookworm"
+NESTED10 = "let s = 0; for (let i = 0; i < 10; i++) { s += (await tools.echo({ n: i })).n; } return s;"
+#: What the llm-sandbox row runs: the trivial program's equivalent in Node.js.
+NODE_PROGRAM = "console.log(JSON.stringify((() => 1)()));"
+
+
+def quickjs_baseline(program: str = NESTED10, expected: object = 45) -> None:
+    """The engine floor: what bench/exec_latency.py measured before this change."""
+    with Runtime() as rt, rt.new_context() as ctx:
+        ctx.register("echo", lambda n: {"n": n}, is_async=False)
+        ctx.eval(f"globalThis.out = null; (async () => {{ const tools = {{ echo: async (o) => echo(o.n) }}; {program} }})().then(v => {{ globalThis.out = v; }}); 0")
+        ctx._engine_ctx.run_pending_jobs()  # private API of the pinned quickjs-rs: drain the job queue
+        assert ctx.eval("globalThis.out") == expected
+
+
+def docker_run_baseline() -> None:
+    """``docker run --rm`` of the cell image under the cell's lockdown flags."""
+    subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges:true",
+         "--user", "65532:65532", "--pids-limit", "64", "--memory", "256m", "--entrypoint", "python3", IMAGE, "-c", "pass"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def ensure_node_image() -> None:
+    """Builds the Node.js image from the cellblock base with apt, when missing.
+
+    Raises:
+        RuntimeError: The image could not be built (no base image, no apt).
+    """
+    found = subprocess.run(["docker", "image", "inspect", NODE_IMAGE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    if found.returncode == 0:
+        return
+    context = Path(__file__).resolve().parent / "node-image"
+    built = subprocess.run(["docker", "build", "-q", "-t", NODE_IMAGE, str(context)], capture_output=True, text=True, check=False)
+    if built.returncode != 0:
+        raise RuntimeError(f"building {NODE_IMAGE} failed: {built.stderr.strip()[-300:]}")
+
+
+def llm_sandbox_run() -> None:
+    """One run in llm-sandbox: a new container, the program, removal."""
+    from llm_sandbox import SandboxSession
+
+    with SandboxSession(lang="javascript", image=NODE_IMAGE, skip_environment_setup=True, verbose=False) as session:
+        result = session.run(NODE_PROGRAM)
+        assert result.exit_code == 0 and result.stdout.strip() == "1", (result.exit_code, result.stdout, result.stderr)

@@ -1,0 +1,90 @@
+"""How a leg ends: the guest's ``end`` (a value, a snapshot, a failure) and where its cell goes.
+
+:class:`LegEnding` is the part of :class:`~cellblock.server.runs._leg.Leg` that reads the
+guest's last message (SPEC §10.4, §11) and then either hands the cell to its scope's next
+leg (cell reuse, SPEC §16.2, by the rule of :mod:`~cellblock.server.runs._reuse_rule`) or
+to the reaper.
+"""
+
+from __future__ import annotations
+
+from cellblock.bridge.v1 import bridge_service_pb2 as bpb
+from cellblock.server import messages as msg
+from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells
+from cellblock.server.runs._guest_failure import completed_outcome, guest_failure
+from cellblock.server.runs._protocol import BridgeMethod, ErrorCode, LegOutcome, RunStatus, failed
+from cellblock.server.runs._reuse_rule import clean_end, reusable
+from cellblock.server.runs._settle import SettleLoop
+from cellblock.server.telemetry import LegTrace
+
+
+class LegEnding(SettleLoop):
+    """The end of a leg; :class:`~cellblock.server.runs._leg.Leg` sets these attributes.
+
+    Attributes:
+        executor: Starts and retires the leg's cell.
+        trace: The leg's spans.
+        scope_cells: Cells kept for their scope's next leg, else ``None``.
+    """
+
+    executor: Executor
+    trace: LegTrace
+    scope_cells: ScopeCells | None
+    _cell: Cell | None
+    _bridge: CellBridge | None
+    _kept: ScopeCell | None
+    _outcome: LegOutcome | None
+    _terminal: LegOutcome | None
+    _snapshot_parts: list[bytes]
+    #: The guest's end was clean and the host accepted what it carried.
+    _clean_end: bool
+    #: The cell broke the bridge protocol or sent what its controller should have refused.
+    _in_doubt: bool
+
+    def release_cell(self) -> None:
+        """Keeps the cell for the scope's next leg when the rule allows, else retires it."""
+        kept, outcome = self._kept, self._outcome
+        if kept is not None and self.scope_cells is not None and outcome is not None:
+            if reusable(outcome, clean=self._clean_end, protocol_broken=self._in_doubt or self._terminal is not None, exited=kept.exited.done()):
+                self.scope_cells.keep(kept)  # or destroys it (its limits, its scope's end)
+                return
+        # The bridge stream closes now; the container and socket directory
+        # are removed off the reply path (cells.CellReaper).
+        self.executor.reaper.retire(self._cell, self._bridge)
+
+    async def _on_end(self, end: bpb.LegEnd) -> LegOutcome:
+        run = self.run_
+        which = end.WhichOneof("outcome")
+        if which == "completed":
+            outcome = completed_outcome(run, end.completed, self._log)
+            self._clean_end = outcome.status is RunStatus.COMPLETED
+            return outcome
+        if which == "suspended":
+            return await self._on_suspended(end.suspended)
+        if which == "failed":
+            self.abandon_dispatched()
+            self._clean_end = clean_end(end)
+            return guest_failure(run, end.failed, self._log)
+        self._log.error("bridge.invalid_end")
+        return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
+
+    async def _on_suspended(self, suspended: bpb.Suspended) -> LegOutcome:
+        run = self.run_
+        data = b"".join(self._snapshot_parts)
+        if len(data) != suspended.snapshot_bytes:
+            self._log.error("bridge.snapshot_size_mismatch")
+            return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
+        self._clean_end = True
+        if len(data) > run.limits.max_snapshot_bytes:
+            self.abandon_dispatched()
+            self._log.warning("snapshot.too_large", snapshot_bytes=len(data))
+            self.trace.snapshot_stored(len(data), suspended.raw_bytes, error="snapshot_limit_exceeded")
+            return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(len(data), run.limits.max_snapshot_bytes))
+        if not run.holds_slot and not await self._reserve_slot(run):
+            self.abandon_dispatched()
+            return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))
+        # The runner parks the run: its record and snapshot in one store transaction.
+        run.snapshot_bytes = len(data)
+        self.trace.snapshot_stored(len(data), suspended.raw_bytes)
+        reason = "yield" if run.pending and all(p.method is BridgeMethod.YIELD for p in run.pending.values()) else "pending_tools"
+        return LegOutcome(status=RunStatus.WAITING, reason=reason, snapshot=data)
