@@ -44,7 +44,7 @@ from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.memory import trim_free_memory, tune_allocator, use_system_allocator
 from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.store import DEFAULT_LEASE_SECONDS, RunStore, StoreUnavailableError, default_state_dir, default_store_url, describe_store, make_run_store
-from cellblock.server.telemetry import observe_registry, server_interceptors
+from cellblock.server.telemetry import LoopMonitor, observe_registry, server_interceptors
 from cellblock.server.workers import cpu_pool
 from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, code_mode_service_pb2_grpc, run_service_pb2, run_service_pb2_grpc
 
@@ -230,6 +230,7 @@ class Service:
         registry: This process's runs over the run store.
         state: Catalogs and admission.
         store: The run store (opened at start, closed at stop).
+        loop_monitor: Measures how long the event loop is held at a time (``cellblock.loop.hold``).
     """
 
     server: grpc.aio.Server
@@ -242,11 +243,13 @@ class Service:
     pool: WarmPool | None = None
     store: RunStore | None = None
     locks: list[int] = field(default_factory=list)
+    loop_monitor: LoopMonitor = field(default_factory=LoopMonitor)
 
     async def stop(self, grace: float = 2.0) -> None:
         """Stops accepting RPCs, aborts running legs (removing their cells), ends the server and shuts hosted MCP sessions down."""
         if self.sweeper is not None:
             self.sweeper.cancel()
+        self.loop_monitor.stop()
         await self.health.enter_graceful_shutdown()
         if self.state.registry is not None:
             # Legs aborted by the shutdown keep their runs resumable elsewhere (SPEC §16.1 items 3, 6).
@@ -369,6 +372,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     if pool is not None:
         pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
+    service.loop_monitor.start()
     return service
 
 

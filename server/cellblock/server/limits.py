@@ -207,3 +207,12 @@ WARM_PING_INTERVAL_MS = 1000
 
 WARM_PING_TIMEOUT_MS = 3000
 """How long a ping may go unanswered before the host closes the warm cell's bridge stream (the pool then discards it), in milliseconds."""
+
+LOOP_TICK_MS = 5
+"""Sleep of the event loop monitor between wake-ups, milliseconds (``cellblock.loop.hold``)."""
+
+LOOP_HOLD_RECORD_MS = 5
+"""Shortest loop hold recorded in the ``cellblock.loop.hold`` histogram, milliseconds."""
+
+LOOP_HOLD_LOG_MS = 250
+"""Shortest loop hold logged as ``loop.held`` (a step that should run off the loop), milliseconds."""

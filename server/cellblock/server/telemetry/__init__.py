@@ -7,6 +7,7 @@ prints a run's span tree from a JSON-lines span file.
 """
 
 from cellblock.server.telemetry._interceptors import server_interceptors
+from cellblock.server.telemetry._loop import LoopMonitor
 from cellblock.server.telemetry._metrics import observe_registry, record_bridge_call
 from cellblock.server.telemetry._spans import (
     LegTrace,
@@ -20,6 +21,7 @@ from cellblock.server.telemetry._spans import (
 
 __all__ = [
     "LegTrace",
+    "LoopMonitor",
     "annotate_rpc",
     "current_trace_id",
     "end_open_tool_calls",

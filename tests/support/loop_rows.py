@@ -1,0 +1,67 @@
+"""Large requests sent to a service from a separate process (issue 11 item 1, loop holds).
+
+The service's loop monitor (``Service.loop_monitor``) measures how long its event loop is
+held; building and sending a request of megabytes in the same process would count the
+client's own work, so the test runs each case here, in a child process::
+
+    python -m tests.support.loop_rows ADDRESS CASE SESSION
+
+Each case prints one JSON line with what it got back (the test checks it succeeded).
+``small`` is the baseline: the same steps with kilobytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
+
+#: Properties of the wide schema: about 3.5 MB of JSON at 25,000.
+WIDE = 25_000
+
+
+def wide_schema(properties: int) -> dict[str, Any]:
+    """An object schema with ``properties`` string properties of 100-character descriptions."""
+    return {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100, "minLength": 1} for i in range(properties)}}
+
+
+async def _echo(tool_input: dict[str, Any], _info: Any) -> dict[str, Any]:
+    return {"n": len(json.dumps(tool_input))}
+
+
+async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
+    """Runs one case against the service at ``address``; returns a summary of its answer."""
+    scope = Scope(session_id=session, agent_run_id="loop")
+    small = case == "small"
+    props = 20 if small else WIDE
+    chars = 2_000 if small else 2_300_000
+    async with await CellblockClient.connect(address) as client:
+        if case in ("put_host", "small"):
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
+            return {"ok": True}
+        if case == "put_mcp":
+            await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
+            return {"ok": True}
+        if case == "describe":
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
+            result = await client.exec(scope, tool_call_id="d", code='const d = await tools.describe("host:core:wide"); return JSON.stringify(d).length;', handlers={})
+        elif case == "tool_input":
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
+            code = f'return (await tools.callValue("host:core:echo", {{s: "y".repeat({chars})}})).n;'
+            result = await client.exec(scope, tool_call_id="t", code=code, handlers={"host:core:echo": _echo}, limits=LimitOverrides(timeout_ms=20000))
+        elif case == "exec_big_mcp":
+            await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
+            result = await client.exec(scope, tool_call_id="m", code="return 1", handlers={})
+        elif case == "output":
+            code = 'for (let i = 0; i < 200; i++) console.log("z".repeat(40000)); return [..."v".repeat(2000)];'
+            result = await client.exec(scope, tool_call_id="o", code=code, handlers={}, limits=LimitOverrides(max_output_bytes=10 * 1024 * 1024, timeout_ms=20000))
+        else:
+            raise SystemExit(f"unknown case {case}")
+        return {"ok": result.status == "completed", "status": result.status, "error": result.error[:300] if result.error else ""}
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(run_case(sys.argv[1], sys.argv[2], sys.argv[3]))))
