@@ -165,7 +165,13 @@ MAX_TOOLS_PER_REQUEST = 10_000
 """Most tools one catalog registration request may carry."""
 
 MAX_SCOPE_ID_CHARS = 256
-"""Longest scope field (session, agent run, turn id), in characters."""
+"""Longest id field of any public RPC request (scope ids, tool-call, turn, run, model ids), in
+characters; longer is [A03] (SPEC §3.1 item 5)."""
+
+MAX_TOOL_IDENTIFIER_CHARS = 256
+"""Longest tool ``owner``, ``name`` or ``label`` a registration may give, in characters; longer is
+[C03] (SPEC §3.2 item 3). Catalog ids (``source:owner:name``) are copied into every log line of a
+tool call, so they must stay bounded."""
 
 # --- Many tenants, one service (issue 11; SPEC §2.3, §3.1 items 4-6) -----------------------------
 

@@ -40,6 +40,7 @@ E06 = (
 )
 E07 = "restartSafe must be true or false."
 E08 = "code mode is disabled on this cellblock service."
+E10 = "exec input is nested too deeply to read; send a JSON object whose code field is a string."
 
 
 def e09(source_bytes: int, limit_bytes: int) -> str:
@@ -64,6 +65,7 @@ W05 = (
     "this run belongs to a different agent run; only the agent run that started it can wait on it."
 )
 W06 = "this run is already being resumed by another wait; let that call return first."
+W07 = "wait input is nested too deeply to read; send a JSON object whose runId field is a string."
 
 # §14.2 Source preparation (invalid_input, phase input).
 S01 = (
@@ -145,6 +147,13 @@ def c01(budget_ms: int) -> str:
 
 
 C02 = "registration refused: its schemas stopped the schema checker before it finished; register smaller or simpler schemas. Nothing was applied."
+
+
+
+def c03(field: str, max_chars: int) -> str:
+    """[C03]: a tool's ``owner``, ``name`` or ``label`` is longer than ``max_chars`` (SPEC §3.2 item 3)."""
+    return f"{field} is longer than {max_chars} characters."
+
 
 # §14.3 Run outcomes.
 def r01(cap: int) -> str:

@@ -110,8 +110,8 @@ def test_mcp_ids_are_unknown_and_suggest_nothing() -> None:
 def test_echoed_text_is_cut_to_200_characters() -> None:
     message = reply(FILES, "q" * 300).message
     assert "q" * 200 + "." in message and "q" * 201 not in message
-    ambiguous = view_of({"source": "host", "name": "n" * 300}, {"source": "client", "name": "n" * 300})
-    assert f'"{"n" * 200}"' in reply(ambiguous, "n" * 300).message
+    ambiguous = view_of({"source": "host", "name": "n" * 250}, {"source": "client", "name": "n" * 250})
+    assert f'"{"n" * 200}"' in reply(ambiguous, "n" * 250).message
 
 
 @pytest.mark.parametrize(

@@ -109,3 +109,12 @@ def test_validate_wait(arguments: str, expected: object) -> None:
 def test_js_trim_matches_ecmascript() -> None:
     assert js_trim("\u2028\u3000\ufeff a \u00a0\r\n") == "a"
     assert js_trim("\x1c a") == "\x1c a"
+
+
+@pytest.mark.parametrize("depth", [2_000, 100_000])
+def test_arguments_nested_past_the_parser_get_the_depth_reason(depth: int) -> None:
+    deep = '{"code":"return 1","runId":"run_1","x":' + "[" * depth + "]" * depth + "}"
+    result = validate_exec(deep, enabled=True, languages=["javascript"], force_restart_safe=False, max_source_bytes=1024)
+    assert isinstance(result, InputFailure) and result.message == m.E10
+    waited = validate_wait(deep)
+    assert isinstance(waited, InputFailure) and waited.message == m.W07

@@ -5,6 +5,10 @@
 * a request that does not decode (invalid UTF-8 in a string field, a malformed field)
   ends with ``INVALID_ARGUMENT`` and [A01], for unary calls and for every message
   of a stream; grpc would otherwise answer ``UNKNOWN`` naming ``DecodeError``;
+* a request (or the first message of a stream) with an id field longer than
+  :data:`~cellblock.server.limits.MAX_SCOPE_ID_CHARS`, at any depth, ends with
+  ``INVALID_ARGUMENT`` and [A03] before its handler runs (SPEC §3.1 item 5), so no
+  handler logs or stores an unbounded id;
 * any other exception a handler raises (a fault of the service) is logged with its
   class and traceback and ends with ``INTERNAL`` and [A02]: never ``UNKNOWN`` with
   Python internals.
@@ -22,6 +26,8 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from cellblock.server import messages as msg
+from cellblock.server.api._scope import long_id
+from cellblock.server.limits import MAX_SCOPE_ID_CHARS
 
 log = structlog.get_logger("cellblock.rpc")
 
@@ -76,10 +82,17 @@ class FailureInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # g
         return grpc.unary_unary_rpc_method_handler(_unary(handler.unary_unary, rpc), request_deserializer=decode, response_serializer=handler.response_serializer)
 
 
+async def _check_ids(request: Any, context: grpc.aio.ServicerContext) -> None:
+    field = long_id(request)
+    if field is not None:
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.a03(field, MAX_SCOPE_ID_CHARS))
+
+
 def _unary(behavior: Any, rpc: str) -> Any:
     async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
         if request is _UNDECODABLE:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.A01)
+        await _check_ids(request, context)
         try:
             return await behavior(request, context)
         except Exception as exc:
@@ -93,9 +106,13 @@ def _unary(behavior: Any, rpc: str) -> Any:
 def _stream(behavior: Any, rpc: str) -> Any:
     async def guarded(request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         async def checked() -> AsyncIterator[Any]:
+            first = True
             async for item in request_iterator:
                 if item is _UNDECODABLE:
                     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.A01)
+                if first:  # the start; a later ToolResult with a long nested_call_id is ignored (SPEC §3.1 item 5)
+                    await _check_ids(item, context)
+                    first = False
                 yield item
 
         try:

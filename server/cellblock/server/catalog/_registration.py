@@ -8,6 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from cellblock.server import messages as msg
+from cellblock.server.limits import MAX_TOOL_IDENTIFIER_CHARS
+
 from ._bounded import schema_problem
 from ._contracts import compile_schema
 from ._entries import MCP_OPERATIONS, CatalogEntry, McpOperation, Source
@@ -62,6 +65,13 @@ def _optional_string(tool: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
+def _short(field: str, value: str) -> str:
+    """Returns ``value``, or refuses a tool identifier longer than its cap ([C03])."""
+    if len(value) > MAX_TOOL_IDENTIFIER_CHARS:
+        raise _ToolProblemError(msg.c03(field, MAX_TOOL_IDENTIFIER_CHARS))
+    return value
+
+
 def _owner(tool: Mapping[str, Any], source: str) -> str:
     value = tool.get("owner")
     if value is None:
@@ -70,7 +80,7 @@ def _owner(tool: Mapping[str, Any], source: str) -> str:
         return _DEFAULT_OWNERS[source]
     if not isinstance(value, str):
         raise _ToolProblemError("owner must be a string")
-    owner = js_trim(value)
+    owner = _short("owner", js_trim(value))
     if not owner:
         raise _ToolProblemError("owner must not be empty")
     if ":" in owner or any(ch.isspace() for ch in owner):
@@ -82,6 +92,7 @@ def _name(tool: Mapping[str, Any]) -> str:
     name = tool.get("name")
     if not isinstance(name, str) or not name:
         raise _ToolProblemError("name is required and must be a non-empty string")
+    _short("name", name)
     if any(unicodedata.category(ch) == "Cc" for ch in name):
         raise _ToolProblemError("name must not contain control characters")
     return name
@@ -97,6 +108,8 @@ def _parse_tool(index: int, tool: object, check: bool = True) -> RegisteredTool:
     owner = _owner(tool, source)
     name = _name(tool)
     label = _optional_string(tool, "label")
+    if label is not None:
+        _short("label", label)
     description = _optional_string(tool, "description") or ""
     replay_safe = _optional_bool(tool, "replaySafe")
     side_effecting = _optional_bool(tool, "sideEffecting")

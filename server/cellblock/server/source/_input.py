@@ -50,6 +50,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"not JSON: {name}")
 
 
+class NestedTooDeeply(ValueError):  # noqa: N818 - a condition of the input
+    """Arguments nested deeper than the JSON parser reads ([E10], [W07])."""
+
+
 def parse_json_object(arguments_json: str) -> dict[str, Any] | None:
     """Parses strict JSON text and returns it when it is an object.
 
@@ -60,10 +64,15 @@ def parse_json_object(arguments_json: str) -> dict[str, Any] | None:
         The object as a dict (the last of duplicate keys wins), or ``None`` when the
         text is not valid JSON (``NaN``/``Infinity`` literals included) or not an
         object.
+
+    Raises:
+        NestedTooDeeply: The text is nested deeper than the parser's recursion limit.
     """
     try:
         value = json.loads(arguments_json, parse_constant=_reject_constant)
-    except (ValueError, RecursionError, TypeError):
+    except RecursionError:
+        raise NestedTooDeeply from None
+    except (ValueError, TypeError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -96,7 +105,10 @@ def validate_exec(
     """
     if enabled is False:
         return InputFailure(m.E08)
-    arguments = parse_json_object(arguments_json)
+    try:
+        arguments = parse_json_object(arguments_json)
+    except NestedTooDeeply:
+        return InputFailure(m.E10)
     if arguments is None:
         return InputFailure(m.E01)
     code = arguments.get("code")
@@ -143,7 +155,10 @@ def validate_wait(arguments_json: str) -> str | InputFailure:
         The trimmed run id (``runId`` when it is a non-blank string, else ``run_id``),
         or a failure with [W01] (not a JSON object) or [W02] (no usable run id).
     """
-    arguments = parse_json_object(arguments_json)
+    try:
+        arguments = parse_json_object(arguments_json)
+    except NestedTooDeeply:
+        return InputFailure(m.W07)
     if arguments is None:
         return InputFailure(m.W01)
     for key in ("runId", "run_id"):
