@@ -52,10 +52,12 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
             code = f'return (await tools.callValue("host:core:echo", {{s: "y".repeat({chars})}})).n;'
             result = await client.exec(scope, tool_call_id="t", code=code, handlers={"host:core:echo": _echo}, limits=LimitOverrides(timeout_ms=20000))
-        elif case == "exec_big_mcp":
-            await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
-            result = await client.exec(scope, tool_call_id="m", code="return 1", handlers={})
+        elif case in ("exec_big_mcp", "exec_only"):
+            if case == "exec_big_mcp":  # exec_only: the scope's catalog is already the big mcp one (put_mcp before)
+                await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
+            result = await client.exec(scope, tool_call_id="m", code="return 1", handlers={}, limits=LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000))
         elif case == "output":
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
             code = 'for (let i = 0; i < 200; i++) console.log("z".repeat(40000)); return [..."v".repeat(2000)];'
             result = await client.exec(scope, tool_call_id="o", code=code, handlers={}, limits=LimitOverrides(max_output_bytes=10 * 1024 * 1024, timeout_ms=20000))
         else:

@@ -110,13 +110,16 @@ class CatalogView:
             counters: The session counters the view's requests increment.
             direct_tools: Registered tool dicts shown directly on an engaged surface.
             registered_tools: Every registered tool dict, for a surface that is not engaged.
+                Both are kept as given, not copied: the caller hands them over and never mutates them.
         """
         self._entries = tuple(sorted(entries, key=lambda entry: entry.id))
         self._by_id = MappingProxyType({entry.id: entry for entry in self._entries})
         self._guest = tuple(entry for entry in self._entries if entry.source != "mcp")
         self._counters = counters
-        self._direct_tools = tuple(deep_copy(dict(tool)) for tool in direct_tools)
-        self._registered_tools = tuple(deep_copy(dict(tool)) for tool in registered_tools)
+        # The raw tools are the catalog's own copies (made once at registration, never
+        # mutated); callers get deep copies from direct_tools() / registered_tools().
+        self._direct_tools = tuple(direct_tools)
+        self._registered_tools = tuple(registered_tools)
 
     @property
     def entries(self) -> tuple[CatalogEntry, ...]:
