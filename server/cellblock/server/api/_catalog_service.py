@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -87,14 +88,17 @@ def _catalog_message(scope: tuple[str, str], catalog: ScopeCatalog) -> pb.Catalo
     view = catalog.catalog.view
     entries = []
     for entry in view.entries:
+        texts = catalog.schema_texts.get(entry.id)
+        if texts is None:
+            texts = (compact_json(entry.parameters) if entry.parameters is not None else "", compact_json(entry.output_schema) if entry.output_schema is not None else "")
         tool = pb.Tool(
             source=_SOURCE_ENUM[entry.source],
             owner=entry.owner,
             name=entry.name,
             label=entry.label or "",
             description=entry.description,
-            parameters_json=compact_json(entry.parameters) if entry.parameters is not None else "",
-            output_schema_json=compact_json(entry.output_schema) if entry.output_schema is not None else "",
+            parameters_json=texts[0],
+            output_schema_json=texts[1],
             replay_safe=entry.replay_safe,
             side_effecting=entry.side_effecting,
             operation=_OPERATION_ENUM.get(entry.operation or "", pb.MCP_OPERATION_UNSPECIFIED),
@@ -146,17 +150,18 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             if target is not existing:
                 # A new catalog session gets the hosted MCP servers' entries (SPEC §3.2 item 7),
                 # after the caller's tools so registration errors keep the caller's indexes.
-                tools += hosted
+                tools += copy.deepcopy(hosted)  # the hub's own data; registered without a copy below
             if existing is not None and not merge:
                 # A replace keeps the catalog object only if registration succeeds.
                 target = ScopeCatalog(self._state.config)
             # The costly checks (metaschemas, $ref targets) run in a worker process within the
             # registration budget; the loop then registers the checked tools (SPEC §3.2 item 3).
             size = sum(len(t.parameters_json) + len(t.output_schema_json) + len(t.description) for t in request.tools)
-            problem = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+            problem, texts = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
             if problem is not None:
                 raise CatalogRegistrationError(*problem)
-            view = target.catalog.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False)
+            view = target.catalog.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
+            target.schema_texts = {**target.schema_texts, **texts} if target is existing else texts
             total = size + (target.prepared_size if merge else 0)
             target.set_prepared(view, await prepare_guest_data(view, self._cpu, total), total)
         except CatalogRegistrationError as exc:

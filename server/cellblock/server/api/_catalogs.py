@@ -25,6 +25,7 @@ from cellblock.server.catalog import (
     CatalogView,
     CounterSnapshot,
     GuestData,
+    SchemaTexts,
     McpNamespace,
     build_namespace,
     check_input_contract,
@@ -255,6 +256,8 @@ class ScopeCatalog:
         self._prepared: tuple[CatalogView, GuestData] | None = None
         #: Characters of registered text behind the current view (picks the worker lane).
         self.prepared_size = 0
+        self.schema_texts: SchemaTexts = {}
+        """Compact JSON of each entry's schemas, written in the worker at registration (``_catalog_message``)."""
 
     def set_prepared(self, view: CatalogView, prepared: GuestData, size: int = 0) -> None:
         """Keeps the worker-built guest data of ``view`` (the catalog's current view)."""

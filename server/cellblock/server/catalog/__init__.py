@@ -25,7 +25,7 @@ from ._contracts import check_input_contract, check_output_contract
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
-from ._offload import GuestData, guest_data, registration_problem
+from ._offload import GuestData, SchemaTexts, guest_data, registration_problem
 from ._persist import view_from_state, view_state
 from ._surface import exec_description, tool_surface
 from ._text import compact_json, js_trim
@@ -48,6 +48,7 @@ __all__ = [
     "guest_data",
     "js_trim",
     "registration_problem",
+    "SchemaTexts",
     "tool_surface",
     "view_from_state",
     "view_state",

@@ -307,6 +307,7 @@ class Catalog:
         allow: object = None,
         deny: object = None,
         check_schemas: bool = True,
+        copy: bool = True,
     ) -> CatalogView:
         """Registers or extends the catalog (SPEC §3.2, §7.1).
 
@@ -329,6 +330,9 @@ class Catalog:
             check_schemas: Check ``host`` schemas against their metaschemas; ``False`` only
                 when a worker process already registered the same tools
                 (:func:`~cellblock.server.catalog._offload.registration_problem`).
+            copy: Keep deep copies of the tools (default); ``False`` when the caller hands
+                over data nobody else holds (``PutCatalog``'s freshly decoded tools), which
+                saves copying megabytes of schema on the shared event loop.
 
         Returns:
             The new view.
@@ -341,7 +345,7 @@ class Catalog:
         direct_names = parse_name_list(direct_tool_names, "directToolNames") or ()
         allowed = parse_name_list(allow, "allow")
         denied = parse_name_list(deny, "deny") or ()
-        parsed = parse_tools(tools, check_schemas=check_schemas)
+        parsed = parse_tools(tools, check_schemas=check_schemas, copy=copy)
 
         fresh: dict[str, _Record] = {}
         for tool in parsed:

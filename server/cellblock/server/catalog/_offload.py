@@ -17,21 +17,33 @@ from ._errors import CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
 from ._text import compact_json
 
-__all__ = ["GuestData", "guest_data", "registration_problem"]
+__all__ = ["GuestData", "SchemaTexts", "guest_data", "registration_problem"]
+
+SchemaTexts = dict[str, tuple[str, str]]
+"""Per catalog id, the compact JSON of an entry's ``parameters`` and ``outputSchema`` (``""`` when absent)."""
 
 
-def registration_problem(tools: object, mode: object, direct_tool_names: object, allow: object, deny: object) -> tuple[int | None, str, str | None] | None:
+def registration_problem(
+    tools: object, mode: object, direct_tool_names: object, allow: object, deny: object
+) -> tuple[tuple[int | None, str, str | None] | None, SchemaTexts]:
     """Registers the tools in a throwaway catalog, schema checks included.
 
     Returns:
-        ``None`` when the registration is valid, else ``(tool index or None, problem, tool
-        label)`` of the :class:`CatalogRegistrationError` it raises.
+        ``(None, texts)`` when the registration is valid, else ``((tool index or None,
+        problem, tool label), {})`` of the :class:`CatalogRegistrationError` it raises.
+        ``texts`` holds the compact JSON of every entry's schemas, which the service
+        answers with (``PutCatalog``, ``GetCatalog``); writing megabytes of it on the event
+        loop held it for tens of ms per MB (SPEC §3.1 item 6).
     """
     try:
-        Catalog().register(tools, mode=mode, direct_tool_names=direct_tool_names, allow=allow, deny=deny)
+        view = Catalog().register(tools, mode=mode, direct_tool_names=direct_tool_names, allow=allow, deny=deny)
     except CatalogRegistrationError as error:
-        return (error.index, error.problem, error.tool)
-    return None
+        return (error.index, error.problem, error.tool), {}
+    texts = {
+        e.id: (compact_json(e.parameters) if e.parameters is not None else "", compact_json(e.output_schema) if e.output_schema is not None else "")
+        for e in view.entries
+    }
+    return None, texts
 
 
 GuestData = tuple[McpNamespace, str]

@@ -98,7 +98,7 @@ def _name(tool: Mapping[str, Any]) -> str:
     return name
 
 
-def _parse_tool(index: int, tool: object, check: bool = True) -> RegisteredTool:
+def _parse_tool(index: int, tool: object, check: bool = True, copy: bool = True) -> RegisteredTool:
     if not isinstance(tool, Mapping):
         raise _ToolProblemError("tool must be an object")
     source = tool.get("source")
@@ -132,7 +132,7 @@ def _parse_tool(index: int, tool: object, check: bool = True) -> RegisteredTool:
                 raise _ToolProblemError(f"{key} is not a valid JSON Schema: {problem}")
     # One copy of the caller's data (megabytes of schema cost ~10 ms per MB each, on the
     # shared loop): the entry's schemas are the raw copy's, both read-only from here on.
-    raw = deep_copy(dict(tool))
+    raw = deep_copy(dict(tool)) if copy else dict(tool)
     parameters = raw.get("parameters")
     output_schema = raw.get("outputSchema")
     entry_id = f"{source}:{owner}:{name}"
@@ -193,7 +193,7 @@ def _tool_label(tool: object) -> str | None:
     return json.dumps(name[:200], ensure_ascii=False)
 
 
-def parse_tools(tools: object, *, check_schemas: bool = True) -> list[RegisteredTool]:
+def parse_tools(tools: object, *, check_schemas: bool = True, copy: bool = True) -> list[RegisteredTool]:
     """Validates every tool of a registration (SPEC §3.2 items 2-4).
 
     Args:
@@ -203,6 +203,8 @@ def parse_tools(tools: object, *, check_schemas: bool = True) -> list[Registered
             ``operation``). Absent and ``None`` values are the same; other keys are ignored.
         check_schemas: Check ``host`` schemas against their metaschemas; ``False`` only
             when a worker process already parsed the same tools (:func:`checked_in_worker`).
+        copy: Keep a deep copy of each tool; ``False`` keeps the given data (the caller
+            hands it over and never mutates it).
 
     Returns:
         The validated tools, in registration order.
@@ -216,7 +218,7 @@ def parse_tools(tools: object, *, check_schemas: bool = True) -> list[Registered
     seen: dict[str, int] = {}
     for index, tool in enumerate(tools):
         try:
-            registered = _parse_tool(index, tool, check_schemas)
+            registered = _parse_tool(index, tool, check_schemas, copy)
         except (_ToolProblemError, ValueError) as error:
             raise CatalogRegistrationError(index, str(error), _tool_label(tool)) from None
         except RecursionError:

@@ -13,6 +13,8 @@ Instruments:
         (``search``, ``describe``, ``call``).
     ``cellblock.snapshot.size``: stored snapshot sizes in bytes.
     ``cellblock.runs.suspended``: runs parked with a snapshot, per instance.
+    ``cellblock.loop.hold``: event loop holds of 5 ms or more, in seconds
+        (:mod:`cellblock.server.telemetry._loop`).
 """
 
 from __future__ import annotations
