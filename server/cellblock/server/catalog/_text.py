@@ -118,7 +118,8 @@ def compact_json(value: Any) -> str:
 
     Args:
         value: A JSON-like value: dict with string keys, list or tuple, str, int, float,
-            bool or ``None``.
+            bool or ``None``. (An int key is written as its text, as JavaScript writes an
+            object's number keys; values decoded from JSON only have string keys.)
 
     Returns:
         The compact JSON text.
