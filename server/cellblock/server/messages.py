@@ -61,9 +61,7 @@ W01 = "wait input must be a JSON object."
 W02 = "runId must be a non-empty string."
 W03 = "this run is unknown or has expired; start a new exec instead of waiting."
 W04 = "this run belongs to a different session; only the session that started it can wait on it."
-W05 = (
-    "this run belongs to a different agent run; only the agent run that started it can wait on it."
-)
+W05 = "this run belongs to a different agent run; only the agent run that started it can wait on it."
 W06 = "this run is already being resumed by another wait; let that call return first."
 W07 = "wait input is nested too deeply to read; send a JSON object whose runId field is a string."
 
@@ -148,12 +146,8 @@ def c01(budget_ms: int) -> str:
 
 C02 = "registration refused: its schemas stopped the schema checker before it finished; register smaller or simpler schemas. Nothing was applied."
 
-
-
-def c03(field: str, max_chars: int) -> str:
-    """[C03]: a tool's ``owner``, ``name`` or ``label`` is longer than ``max_chars`` (SPEC §3.2 item 3)."""
-    return f"{field} is longer than {max_chars} characters."
-
+c03 = a03
+"""[C03]: a tool's ``owner``, ``name`` or ``label`` longer than its cap (SPEC §3.2 item 3); the text of [A03]."""
 
 # §14.3 Run outcomes.
 def r01(cap: int) -> str:
@@ -162,10 +156,7 @@ def r01(cap: int) -> str:
 
 
 R01 = r01(SUSPENDED_RUN_CAP)
-R02 = (
-    "restartSafe runs cannot call MCP namespace tools; nothing was called. "
-    "Run it again without restartSafe."
-)
+R02 = "restartSafe runs cannot call MCP namespace tools; nothing was called. Run it again without restartSafe."
 
 
 def r03(tool: str) -> str:

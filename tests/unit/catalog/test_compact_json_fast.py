@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cellblock.server.catalog import _text
-from cellblock.server.catalog import compact_json
+from cellblock.server.catalog import _text, compact_json
 
 _VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

@@ -161,7 +161,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             if problem is not None:
                 raise CatalogRegistrationError(*problem)
             view = target.catalog.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
-            target.schema_texts = {**target.schema_texts, **texts} if target is existing else texts
+            target.schema_texts = {**existing.schema_texts, **texts} if existing is not None and target is existing else texts
             total = size + (target.prepared_size if merge else 0)
             target.set_prepared(view, await prepare_guest_data(view, self._cpu, total), total)
         except CatalogRegistrationError as exc:

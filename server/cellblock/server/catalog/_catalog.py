@@ -118,8 +118,8 @@ class CatalogView:
         self._counters = counters
         # The raw tools are the catalog's own copies (made once at registration, never
         # mutated); callers get deep copies from direct_tools() / registered_tools().
-        self._direct_tools = tuple(direct_tools)
-        self._registered_tools = tuple(registered_tools)
+        self._direct_tools = tuple(dict(tool) for tool in direct_tools)
+        self._registered_tools = tuple(dict(tool) for tool in registered_tools)
 
     @property
     def entries(self) -> tuple[CatalogEntry, ...]:

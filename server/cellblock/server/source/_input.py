@@ -77,6 +77,15 @@ def parse_json_object(arguments_json: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def _arguments(arguments_json: str, not_an_object: str, too_deep: str) -> dict[str, Any] | InputFailure:
+    """The arguments object, or the failure with ``not_an_object`` / ``too_deep`` ([E01]/[E10], [W01]/[W07])."""
+    try:
+        arguments = parse_json_object(arguments_json)
+    except NestedTooDeeply:
+        return InputFailure(too_deep)
+    return InputFailure(not_an_object) if arguments is None else arguments
+
+
 def _counts(value: Any) -> bool:
     return isinstance(value, str) and js_trim(value) != ""
 
@@ -105,12 +114,9 @@ def validate_exec(
     """
     if enabled is False:
         return InputFailure(m.E08)
-    try:
-        arguments = parse_json_object(arguments_json)
-    except NestedTooDeeply:
-        return InputFailure(m.E10)
-    if arguments is None:
-        return InputFailure(m.E01)
+    arguments = _arguments(arguments_json, m.E01, m.E10)
+    if isinstance(arguments, InputFailure):
+        return arguments
     code = arguments.get("code")
     command = arguments.get("command")
     code_counts = _counts(code)
@@ -155,12 +161,9 @@ def validate_wait(arguments_json: str) -> str | InputFailure:
         The trimmed run id (``runId`` when it is a non-blank string, else ``run_id``),
         or a failure with [W01] (not a JSON object) or [W02] (no usable run id).
     """
-    try:
-        arguments = parse_json_object(arguments_json)
-    except NestedTooDeeply:
-        return InputFailure(m.W07)
-    if arguments is None:
-        return InputFailure(m.W01)
+    arguments = _arguments(arguments_json, m.W01, m.W07)
+    if isinstance(arguments, InputFailure):
+        return arguments
     for key in ("runId", "run_id"):
         value = arguments.get(key)
         if _counts(value):
