@@ -20,8 +20,10 @@ from cellblock.v1 import common_pb2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-# 3000: the guest serialises it, the host's own JSON parser (recursion limit) cannot.
-DEPTHS = [500, 3000, 100_000]
+# 1500 and 3000: the guest serialises it, the host's own JSON parser and writer (C code, bounded by
+# the interpreter's recursion limit of 1000) cannot. Below about 1000 levels the host handles a value
+# (test_a_value_below_the_host_limit_round_trips); the Python writer it used before stopped near 500.
+DEPTHS = [1500, 3000, 100_000]
 NEST = "let v = 0; for (let i = 0; i < %d; i++) v = [v]; "
 
 
@@ -45,6 +47,15 @@ async def test_a_deep_final_value_ends_with_a_result(client: CellblockClient, sc
         ("runtime_unavailable", "cell engine stopped: recursion exhausted"),
     ), result.raw_json
     await _no_run_left(client, scope)
+
+
+async def test_a_value_below_the_host_limit_round_trips(client: CellblockClient, scope: Scope) -> None:
+    result = await _exec(client, scope, NEST % 500 + "return v;")
+    assert result.status == "completed", result.raw_json
+    value, depth = result.value, 0
+    while isinstance(value, list):
+        value, depth = value[0], depth + 1
+    assert (depth, value) == (500, 0)
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
