@@ -233,3 +233,21 @@ async def test_the_leg_default_never_reuses_a_cell(client: CellblockClient, scop
     await client.put_catalog(scope, [Tool(source="host", name="echo")])
     cells = {(await _exec(client, scope, "return 1")).metadata.cell_id for _ in range(3)}
     assert len(cells) == 3
+
+
+async def test_a_cell_kept_from_a_run_with_smaller_bridge_limits_is_not_handed_a_larger_run(rclient: CellblockClient, reuse: Service) -> None:
+    # A fresh cell's bridge reads no message over its first run's bound (SPEC §2.3): output and snapshot
+    # limits of 1 KiB give about 1 MiB. The scope's next leg, with default limits, may send a 3 MiB tool
+    # input; handed that cell, its stream was cut and the leg ended runtime_unavailable (exit 1).
+    scope = await _scope(rclient)
+    memory = 32 * 1024 * 1024  # not the warm pool's size: the first leg starts its own cell
+    small = LimitOverrides(memory_limit_bytes=memory, max_output_bytes=1024, max_snapshot_bytes=1024)
+    cell = await _kept_cell(rclient, scope, reuse, limits=small)
+
+    async def echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+        return {"details": len(tool_input["s"])}
+
+    code = "return await tools.echo({s: 'y'.repeat(3 * 1024 * 1024)})"
+    big = await _exec(rclient, scope, code, handlers={"echo": echo}, limits=LimitOverrides(memory_limit_bytes=memory))
+    assert (big.status, big.value) == ("completed", 3 * 1024 * 1024), big.raw_json
+    assert big.metadata.cell_id != cell

@@ -101,12 +101,15 @@ class ScopeCells:
         """Records a fresh (or pooled) cell at the start of its first leg for ``scope``."""
         return ScopeCell(scope, cell, bridge, memory_limit_bytes, legs=1, epoch=self._ended.get(scope, 0))
 
-    def take(self, scope: Scope, memory_limit_bytes: int) -> ScopeCell | None:
+    def take(self, scope: Scope, memory_limit_bytes: int, bridge_message_bytes: int = 0) -> ScopeCell | None:
         """The scope's idle cell for a new leg, or ``None``.
 
         Only a live cell of this very scope and engine limit, within its age
-        limit, is handed out (it counts the new leg at once); cells of another
-        limit stay for legs of theirs, exited or too old ones are destroyed.
+        limit, whose bridge reads messages as large as the new leg's run may
+        send (``bridge_message_bytes``: a cell first started for a run with a
+        smaller output or snapshot limit reads less), is handed out (it counts
+        the new leg at once); cells of another limit stay for legs of theirs,
+        exited or too old ones are destroyed.
         """
         cells = self._idle.get(scope, [])
         now = time.monotonic()
@@ -116,7 +119,7 @@ class ScopeCells:
                 cells.remove(kept)
                 self._cancel_idle(kept)
                 self._destroy(kept, "exited" if kept.exited.done() else "max_age")
-            elif chosen is None and kept.memory_limit_bytes == memory_limit_bytes:
+            elif chosen is None and kept.memory_limit_bytes == memory_limit_bytes and kept.bridge.max_message_bytes >= bridge_message_bytes:
                 chosen = kept
         if chosen is not None:
             cells.remove(chosen)
