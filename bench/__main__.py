@@ -1,7 +1,9 @@
 """``make bench``: every section in one run; tables on stdout, CSV and PNG under build/bench/.
 
-Logs are silenced (the service's structlog output and library loggers), so
-only the tables print. The tables are also written to build/bench/report.txt.
+Logs are silenced (the service's structlog output, library loggers and gRPC
+core's own log lines), so only the tables print; the hosted MCP servers'
+stderr goes to build/bench/mcp-servers.log. The tables are also written to
+build/bench/report.txt.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ def _quiet() -> None:
 
 def main() -> None:
     """Runs every section, writes the files, prints where."""
+    # gRPC core logs ("Got goaway") to stderr unless told otherwise; read at its import.
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     # The run-store and noisy-neighbour sections' sample counts, within the 5-minute budget.
     os.environ.setdefault("BENCH_STORE_ROUNDS", "9")
     os.environ.setdefault("BENCH_NORMAL_EXECS", "2")

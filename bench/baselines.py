@@ -6,12 +6,15 @@
   running ``python3 -c pass`` (the container floor).
 - llm-sandbox (PyPI, Docker backend): a widely used Docker-per-run sandbox
   library running the equivalent JavaScript with ``node`` in
-  ``cellblock-bench-node:bookworm``, built here from the cellblock base image
-  with Node.js from Debian packages (bench/node-image/Dockerfile; no registry).
+  ``cellblock-bench-node:bookworm-<hash>``, built here from the cellblock base
+  image with Node.js from Debian packages (bench/node-image/Dockerfile; no
+  registry). The tag carries a hash of the build context, so editing the
+  Dockerfile builds a new image instead of reusing a stale one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -19,7 +22,18 @@ from pathlib import Path
 from quickjs_rs import Runtime
 
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
-NODE_IMAGE = "cellblock-bench-node:bookworm"
+NODE_CONTEXT = Path(__file__).resolve().parent / "node-image"
+
+
+def _context_hash(context: Path) -> str:
+    digest = hashlib.sha256()
+    for f in sorted(p for p in context.rglob("*") if p.is_file()):
+        digest.update(f.relative_to(context).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+#: The llm-sandbox row's image, tagged with the hash of its build context.
+NODE_IMAGE = f"cellblock-bench-node:bookworm-{_context_hash(NODE_CONTEXT)}"
 NESTED10 = "let s = 0; for (let i = 0; i < 10; i++) { s += (await tools.echo({ n: i })).n; } return s;"
 #: What the llm-sandbox row runs: the trivial program's equivalent in Node.js.
 NODE_PROGRAM = "console.log(JSON.stringify((() => 1)()));"
@@ -44,7 +58,7 @@ def docker_run_baseline() -> None:
 
 
 def ensure_node_image() -> None:
-    """Builds the Node.js image from the cellblock base with apt, when missing.
+    """Builds the Node.js image from the cellblock base with apt, when this context's tag is missing.
 
     Raises:
         RuntimeError: The image could not be built (no base image, no apt).
@@ -52,8 +66,7 @@ def ensure_node_image() -> None:
     found = subprocess.run(["docker", "image", "inspect", NODE_IMAGE], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
     if found.returncode == 0:
         return
-    context = Path(__file__).resolve().parent / "node-image"
-    built = subprocess.run(["docker", "build", "-q", "-t", NODE_IMAGE, str(context)], capture_output=True, text=True, check=False)
+    built = subprocess.run(["docker", "build", "-q", "-t", NODE_IMAGE, str(NODE_CONTEXT)], capture_output=True, text=True, check=False)
     if built.returncode != 0:
         raise RuntimeError(f"building {NODE_IMAGE} failed: {built.stderr.strip()[-300:]}")
 

@@ -10,21 +10,25 @@ it).
 Prints the quick-index size (bound 8,000 characters) and whether two
 registrations give byte-identical exec descriptions, then ``tools.search``
 latency host-side beside its baseline in the same run: a plain substring
-filter over the same entries (no ranking), with p50/p95 and ratios.
+filter over the same entries (no ranking), with p50/p95 and ratios. The MCP
+servers' stderr goes to ``build/bench/mcp-servers.log``, not the terminal.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench._report import OUT_DIR
 from bench.exec_latency import percentile
 from cellblock.server.catalog import Catalog, exec_description
 from cellblock.server.config import CodeModeConfig
@@ -36,8 +40,33 @@ QUERIES = ["shipping list", "create entities", "current time", "invoice", "read 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "30"))
 
 
+#: Where the hosted MCP servers' stderr goes ("Knowledge Graph MCP Server
+#: running on stdio", node traces): the bench prints only its tables.
+MCP_LOG = OUT_DIR / "mcp-servers.log"
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Points file descriptor 2 at ``path`` (appending) while the block runs.
+
+    The MCP SDK starts stdio servers with the process's own stderr, so the
+    children inherit whatever fd 2 is when they are spawned.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 async def mcp_tool_lists() -> list[dict[str, Any]]:
-    with tempfile.TemporaryDirectory() as memory_dir:
+    with tempfile.TemporaryDirectory() as memory_dir, _stderr_to(MCP_LOG):
         servers = parse_mcp_servers(
             {
                 "memory": {"command": ["node", str(ROOT / "node_modules/@modelcontextprotocol/server-memory/dist/index.js")], "env": {"MEMORY_FILE_PATH": os.path.join(memory_dir, "m.jsonl")}},
@@ -83,7 +112,7 @@ def main() -> None:
     index = first.view.quick_index or ""
     description_a = exec_description(first.view, config)
     description_b = exec_description(second.view, config)
-    print(f"catalog: {first.view.size} tools ({len(mcp_tools)} listed by real MCP servers, {len(load_tools())} from examples/)")
+    print(f"catalog: {first.view.size} tools ({len(mcp_tools)} listed by real MCP servers, {len(load_tools())} from examples/; their stderr: {MCP_LOG})")
     print(f"quick index: {len(index)} characters (bound 8000), last line: {index.splitlines()[-1][:90]!r}")
     print(f"exec description byte-identical across two registrations: {description_a == description_b}")
     assert len(index) <= 8000 and description_a == description_b

@@ -11,8 +11,11 @@ Sections (each printed as one table, then the ratios with their targets):
   right after its exec returned ``waiting``, and the exec → wait round trip.
 - cold start: a service without a pool (every leg starts its container) beside
   bare ``docker run``.
-- throughput: 64 trivial runs from 16 concurrent clients for cellblock
-  (``leg`` reuse), llm-sandbox and bare ``docker run``.
+- throughput: trivial runs from 16 concurrent clients for cellblock
+  (``leg`` and ``scope`` reuse), llm-sandbox and bare ``docker run``, twice:
+  cold (fresh scopes, no warm-up: with ``scope`` every scope's first leg
+  starts a cell) and steady state (each client runs one unmeasured leg, then
+  the measured runs start together).
 
 Every cellblock row goes through a real service (Docker executor, gRPC over
 TCP) and a real client. ``BENCH_ROUNDS`` sets the sample count of the fast rows.
@@ -21,10 +24,12 @@ TCP) and a real client. ``BENCH_ROUNDS`` sets the sample count of the fast rows.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from bench import baselines, pingpong
@@ -37,8 +42,14 @@ __all__ = ["percentile", "run"]
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "10"))
 SLOW_ROUNDS = max(3, ROUNDS // 2)
 CLIENTS = 16
-RUNS = 64
-DOCKER_RUNS = 16
+#: Cold throughput (as before): 4 runs per client on fresh scopes, so with
+#: ``scope`` a quarter of the runs are a scope's first leg and start a cell.
+COLD_RUNS = 4
+#: Steady state: measured runs per client after one unmeasured leg each.
+STEADY_RUNS = int(os.environ.get("BENCH_STEADY_RUNS", "4"))
+#: The Docker-per-run rows keep no warm state; their steady rows take this
+#: many runs per client under the same 16-client load, so the rate is stable.
+DOCKER_STEADY_RUNS = int(os.environ.get("BENCH_DOCKER_STEADY_RUNS", "3"))
 NESTED100 = "let s = 0; for (let i = 0; i < 100; i++) { s += (await tools.echo({ n: i })).n; } return s;"
 STATE = "const rows = Array.from({length: 2000}, (_, i) => ({id: i, name: 'row ' + i}));"
 SUSPENDS = STATE + " const y = await yield_control('bench'); return rows.length + (y.status === 'yielded' ? 1 : 0);"
@@ -139,48 +150,86 @@ async def _pairs(cb: _Cellblock, report: Report) -> None:
     report.add("pairs", "exec -> wait round trip", trip)
 
 
-async def _concurrent(one: Callable[[int], Awaitable[None]], runs: int = RUNS) -> tuple[list[float], float]:
-    """``runs`` calls of ``one`` from CLIENTS concurrent clients; returns latencies (ms) and completed runs/s."""
+async def _concurrent(one: Callable[[int], Awaitable[None]], per_client: int, *, warm: bool = False) -> tuple[list[float], float]:
+    """``per_client`` calls of ``one`` from each of CLIENTS concurrent clients.
+
+    Args:
+        one: One run for client ``c``.
+        per_client: Measured runs per client.
+        warm: Steady state: every client first runs one unmeasured leg, and the
+            clock starts once all of them have (so no measured run is a
+            scope's first leg or overlaps another client's warm-up).
+
+    Returns:
+        The measured latencies (ms) and the completed measured runs per second.
+    """
     latencies: list[float] = []
+    barrier = asyncio.Barrier(CLIENTS + 1)
 
     async def client(c: int) -> None:
-        for _ in range(runs // CLIENTS):
+        if warm:
+            await attempt(lambda: one(c))
+            await barrier.wait()
+        for _ in range(per_client):
             t = time.perf_counter()
             if await attempt(lambda: one(c)):
                 latencies.append((time.perf_counter() - t) * 1000)
 
+    clients = [asyncio.ensure_future(client(c)) for c in range(CLIENTS)]
+    if warm:
+        await barrier.wait()
     start = time.perf_counter()
-    await asyncio.gather(*(client(c) for c in range(CLIENTS)))
+    await asyncio.gather(*clients)
     return latencies, len(latencies) / (time.perf_counter() - start)
 
 
-async def _cellblock_throughput(service: Service, report: Report, mode: str) -> float:
-    """RUNS trivial execs from CLIENTS clients, each client its own scope (a runtime's agent run)."""
+def _add_rate(report: Report, rates: dict[str, float], key: str, name: str, measured: tuple[list[float], float], warm: bool) -> None:
+    samples, rates[key] = measured
+    section = "throughput steady" if warm else "throughput cold"
+    report.add(section, name, samples, f"{rates[key]:.2f} runs/s")
+
+
+async def _trivial_of(cbs: list[_Cellblock], c: int) -> None:
+    await cbs[c].trivial()
+
+
+async def _cellblock_throughput(service: Service, report: Report, rates: dict[str, float], mode: str) -> None:
+    """Cold, then steady state: trivial execs from CLIENTS clients, each client its own scope (a runtime's agent run)."""
     clients = [await CellblockClient.connect(service.address) for _ in range(CLIENTS)]
     try:
-        cbs = [_Cellblock(c, service, f"tp-{mode}-{i}") for i, c in enumerate(clients)]
-        for cb in cbs:
-            await cb.setup()
-        samples, rate = await _concurrent(lambda c: cbs[c].trivial())
-        report.add("throughput", f"cellblock exec, CELLBLOCK_CELL_REUSE={mode}", samples, f"{rate:.2f} runs/s")
-        return rate
+        for warm, per_client in ((False, COLD_RUNS), (True, STEADY_RUNS)):
+            phase = "steady" if warm else "cold"
+            cbs = [_Cellblock(c, service, f"tp-{mode}-{phase}-{i}") for i, c in enumerate(clients)]
+            for cb in cbs:
+                await cb.setup()
+            measured = await _concurrent(functools.partial(_trivial_of, cbs), per_client, warm=warm)
+            _add_rate(report, rates, f"{mode} {phase}", f"cellblock exec, CELLBLOCK_CELL_REUSE={mode}", measured, warm)
     finally:
         for c in clients:
             await c.close()
 
 
+async def _docker_throughput(report: Report, rates: dict[str, float], key: str, name: str, run_one: Callable[[], None]) -> None:
+    # One thread per client: asyncio.to_thread's default pool has min(32, cores + 4)
+    # threads, which would hold a 2-core machine's Docker rows to 6 concurrent runs.
+    loop = asyncio.get_running_loop()
+    with ThreadPoolExecutor(max_workers=CLIENTS, thread_name_prefix=key) as threads:
+        for warm, per_client in ((False, 1), (True, DOCKER_STEADY_RUNS)):
+            measured = await _concurrent(lambda c: loop.run_in_executor(threads, run_one), per_client, warm=warm)
+            _add_rate(report, rates, f"{key} {'steady' if warm else 'cold'}", name, measured, warm)
+
+
 async def _throughput(service: Service, sockets: str, report: Report) -> dict[str, float]:
-    rates = {"leg": await _cellblock_throughput(service, report, "leg")}
+    """Every throughput row, cold and steady; keys ``"<row> cold"`` and ``"<row> steady"`` (runs/s)."""
+    rates: dict[str, float] = {}
+    await _cellblock_throughput(service, report, rates, "leg")
     scoped = await _service(sockets, warm_pool=2, cell_reuse="scope")
     try:
-        rates["scope"] = await _cellblock_throughput(scoped, report, "scope")
+        await _cellblock_throughput(scoped, report, rates, "scope")
     finally:
         await scoped.stop()
-    # The Docker-per-run rows take seconds per run: one run from each of the same 16 clients.
-    samples, rates["llm-sandbox"] = await _concurrent(lambda c: asyncio.to_thread(baselines.llm_sandbox_run), DOCKER_RUNS)
-    report.add("throughput", "llm-sandbox (Docker per run, node)", samples, f"{rates['llm-sandbox']:.2f} runs/s")
-    samples, rates["docker"] = await _concurrent(lambda c: asyncio.to_thread(baselines.docker_run_baseline), DOCKER_RUNS)
-    report.add("throughput", "bare docker run --rm", samples, f"{rates['docker']:.2f} runs/s")
+    await _docker_throughput(report, rates, "llm-sandbox", "llm-sandbox (Docker per run, node)", baselines.llm_sandbox_run)
+    await _docker_throughput(report, rates, "docker", "bare docker run --rm", baselines.docker_run_baseline)
     return rates
 
 
@@ -208,7 +257,11 @@ async def run(report: Report) -> None:
                 await _pairs(cb, report)
                 report.table("pairs", "Exec/wait pairs (back to back)")
             rates = await _throughput(service, sockets, report)
-            report.table("throughput", f"Throughput: trivial runs from {CLIENTS} concurrent clients ({RUNS} per cellblock row, {DOCKER_RUNS} per Docker-per-run row)")
+            report.table("throughput cold", f"Throughput, cold: trivial runs from {CLIENTS} concurrent clients on fresh scopes ({COLD_RUNS} per client per cellblock row, 1 per client per Docker-per-run row)")
+            report.table(
+                "throughput steady",
+                f"Throughput, steady state: one unmeasured leg per client, then {STEADY_RUNS} per client per cellblock row, {DOCKER_STEADY_RUNS} per client per Docker-per-run row ({CLIENTS} clients)",
+            )
             pool = service.pool
             pool_note = f"pool hits {pool.hits}, misses {pool.misses}" if pool is not None else ""
         finally:
@@ -245,6 +298,8 @@ def _print(report: Report, rates: dict[str, float], pool_note: str) -> None:
     report.ratio("exec -> wait round trip / plain exec right after a plain exec", g("exec -> wait round trip").p50 / plain, 2.5)
     cold = [r for r in report.rows if r.section == "cold start"]
     report.ratio("cold start / bare docker run (same section)", cold[0].p50 / cold[1].p50)
-    report.ratio("throughput: cellblock leg / llm-sandbox", rates["leg"] / rates["llm-sandbox"], 1.5, at_most=False)
-    report.ratio("throughput: cellblock scope / llm-sandbox", rates["scope"] / rates["llm-sandbox"], 15, at_most=False)
-    report.ratio("throughput: cellblock leg / bare docker run", rates["leg"] / rates["docker"])
+    for phase in ("cold", "steady"):
+        sandbox = rates[f"llm-sandbox {phase}"]
+        report.ratio(f"throughput {phase}: cellblock leg / llm-sandbox {phase}", rates[f"leg {phase}"] / sandbox, 1.5, at_most=False)
+        report.ratio(f"throughput {phase}: cellblock scope / llm-sandbox {phase}", rates[f"scope {phase}"] / sandbox, 15, at_most=False)
+        report.ratio(f"throughput {phase}: cellblock leg / bare docker run {phase}", rates[f"leg {phase}"] / rates[f"docker {phase}"])
