@@ -9,8 +9,11 @@ reported by the guest, an exit without ``end``).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -135,7 +138,7 @@ async def test_idle_cells_are_bounded_over_all_scopes() -> None:
 
 @pytest.mark.parametrize(
     "env",
-    [{"CELLBLOCK_CELL_REUSE": "container"}, {"CELLBLOCK_CELL_REUSE": "Scope"}, {"CELLBLOCK_CELL_MAX_LEGS": "0"}, {"CELLBLOCK_CELL_IDLE_S": "61"}, {"CELLBLOCK_CELL_MAX_AGE_S": "-1"}],
+    [{"CELLBLOCK_CELL_REUSE": "container"}, {"CELLBLOCK_CELL_REUSE": "Scope"}, {"CELLBLOCK_CELL_MAX_LEGS": "0"}, {"CELLBLOCK_CELL_IDLE_S": "61"}, {"CELLBLOCK_CELL_MAX_AGE_S": "-1"}, {"CELLBLOCK_CELL_MAX_AGE_S": "inf"}, {"CELLBLOCK_CELL_MAX_AGE_S": "nan"}, {"CELLBLOCK_CELL_MAX_LEGS": "1.5"}],
 )
 async def test_invalid_reuse_settings_stop_the_start(env: dict[str, str]) -> None:
     with pytest.raises(ValueError, match="CELLBLOCK_CELL_"):
@@ -151,3 +154,20 @@ async def test_a_service_with_invalid_reuse_does_not_start() -> None:
 async def test_the_default_is_leg() -> None:
     assert ServerSettings.from_env({}).cell_reuse == "leg"
     assert ServerSettings.from_env({"CELLBLOCK_CELL_REUSE": "scope"}).cell_reuse == "scope"
+
+
+def test_the_server_refuses_an_invalid_setting_in_one_line(tmp_path: Path) -> None:
+    """``python -m cellblock.server`` with a bad reuse setting exits with one ``cellblock:`` line, no traceback."""
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(root / p) for p in ("proto", "server", "client")),
+        "CELLBLOCK_CELL_REUSE": "sometimes",
+        "CELLBLOCK_SOCKET_DIR": str(tmp_path / "sockets"),
+        "CELLBLOCK_STATE_DIR": str(tmp_path / "state"),
+        "CELLBLOCK_ADDRESS": "127.0.0.1:0",
+    }
+    done = subprocess.run([sys.executable, "-m", "cellblock.server"], env=env, capture_output=True, text=True, timeout=60, check=False)  # noqa: S603
+    assert done.returncode != 0
+    assert "cellblock: invalid setting: CELLBLOCK_CELL_REUSE must be one of" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import tempfile
@@ -178,8 +179,8 @@ class ServerSettings:
         """
         if self.cell_reuse not in REUSE_MODES:
             raise ValueError(f"CELLBLOCK_CELL_REUSE must be one of {', '.join(REUSE_MODES)}, not {self.cell_reuse!r}")
-        if self.cell_max_legs < 1 or not self.cell_max_age_s > 0 or not 0 < self.cell_idle_s <= MAX_IDLE_LIMIT_S:
-            raise ValueError(f"cell reuse limits out of range: CELLBLOCK_CELL_MAX_LEGS >= 1, CELLBLOCK_CELL_MAX_AGE_S > 0, 0 < CELLBLOCK_CELL_IDLE_S <= {MAX_IDLE_LIMIT_S:g}")
+        if self.cell_max_legs < 1 or not 0 < self.cell_max_age_s < math.inf or not 0 < self.cell_idle_s <= MAX_IDLE_LIMIT_S:
+            raise ValueError(f"cell reuse limits out of range: CELLBLOCK_CELL_MAX_LEGS >= 1, 0 < CELLBLOCK_CELL_MAX_AGE_S (finite), 0 < CELLBLOCK_CELL_IDLE_S <= {MAX_IDLE_LIMIT_S:g}")
         return self
 
     @property
@@ -191,7 +192,10 @@ class ServerSettings:
 def _bounded(text: str | None, default: int, low: int, high: int, name: str) -> int:
     if text is None or text == "":
         return default
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer in {low}..{high}, not {text!r}") from None
     if not low <= value <= high:
         raise ValueError(f"{name} must be an integer in {low}..{high}, not {text!r}")
     return value
@@ -401,7 +405,10 @@ async def serve(settings: ServerSettings | None = None) -> None:
 
     configure_logging()
     tune_allocator()
-    settings = settings or ServerSettings.from_env()
+    try:
+        settings = settings or ServerSettings.from_env()
+    except ValueError as exc:  # a setting the operator must fix: one line, no traceback
+        raise SystemExit(f"cellblock: invalid setting: {exc}") from None
     telemetry = configure_telemetry(settings.traces, settings.metrics)
     try:
         service = await start_service(settings)
