@@ -96,6 +96,8 @@ async def test_scripted_guest_failures(scripted_client: CellblockClient, script:
     [
         # A protocol violation is rejected back to the guest at once, not left to the watchdog (SPEC §14.5).
         ("forge:PROTOCOL", "bridge:call:x", msg.p02("bridge:call:x")),
+        # An unknown refusal kind is a refusal like any other, not a fault of the service ([R22]).
+        ("forge:REFUSAL", "bridge:call:x", msg.p02("bridge:call:x")),
         # The host counts pending nested calls too: a guest past its own count gets [B24] (SPEC §9).
         ("forge:PENDING", "bridge:callValue:2", msg.b24(1)),
     ],
