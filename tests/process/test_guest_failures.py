@@ -96,6 +96,10 @@ async def test_scripted_guest_failures(scripted_client: CellblockClient, script:
     [
         # A protocol violation is rejected back to the guest at once, not left to the watchdog (SPEC §14.5).
         ("forge:PROTOCOL", "bridge:call:x", msg.p02("bridge:call:x")),
+        # An unknown refusal kind is a refusal like any other, not a fault of the service ([R22]).
+        ("forge:REFUSAL", "bridge:call:x", msg.p02("bridge:call:x")),
+        # Output entries of another shape are dropped and logged, not a fault of the service ([R22]).
+        ("forge:OUTPUT", "bridge:call:x", msg.p02("bridge:call:x")),
         # The host counts pending nested calls too: a guest past its own count gets [B24] (SPEC §9).
         ("forge:PENDING", "bridge:callValue:2", msg.b24(1)),
     ],
@@ -111,4 +115,5 @@ async def test_forged_requests_are_answered_by_the_host(scripted_client: Cellblo
         scope, tool_call_id="forged", code=f"// SCRIPT:{script}\nreturn 1;", handlers={"noop": never}, limits=LimitOverrides(max_pending_tool_calls=1)
     )
     assert (result.status, result.value) == ("completed", {"bridgeId": bridge_id, "error": error}), result.raw_json
+    assert result.output == [], result.raw_json
     assert (await scripted_client.list_runs(scope)).runs == [], "a completed run is removed"

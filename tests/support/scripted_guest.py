@@ -14,6 +14,10 @@ Scripts (one per program, in a comment such as ``// SCRIPT:fail:ENGINE_TRAP``):
   string literal for the kinds that carry guest text.
 * ``garbage``: send a message the host does not accept after ``Start`` (a second ``hello``).
 * ``forge:PROTOCOL``: send a request with a malformed bridge id (P02) and return the host's answer.
+* ``forge:OUTPUT``: send output entries that are JSON but no ``text``/``json`` entry, then the P02
+  request, and return the host's answer.
+* ``forge:REFUSAL``: send a request refused by the guest with a refusal kind the host does not
+  know, then the P02 request, and return the host's answer to the second.
 * ``forge:PENDING``: send two ``callValue`` requests at once, past ``maxPendingToolCalls: 1`` (a guest
   that skipped its own count), and return the host's answer to the second (B24).
 
@@ -37,6 +41,9 @@ _GUEST_TEXT = {"GUEST_ERROR", "BRIDGE_REJECTION", "SYNTAX", "MEMORY"}
 def _forged(kind: str) -> list[pb.GuestRequest]:
     if kind == "PROTOCOL":
         return [pb.GuestRequest(bridge_id="bridge:call:x", method="call", args_json="[]")]
+    if kind == "REFUSAL":
+        # A refusal kind this host does not know, then a P02 whose answer shows the leg carried on.
+        return [pb.GuestRequest(bridge_id="bridge:call:1", method="call", args_json="[]", refusal=9), pb.GuestRequest(bridge_id="bridge:call:x", method="call", args_json="[]")]
     args = json.dumps(["client:app:noop", {}])
     return [pb.GuestRequest(bridge_id=f"bridge:callValue:{n}", method="callValue", args_json=args) for n in (1, 2)]
 
@@ -68,7 +75,11 @@ async def main() -> None:
         elif action == "garbage":
             await queue.put(pb.AttachRequest(hello=pb.Hello(cell_token="again")))
         elif action == "forge":
-            for request in _forged(arg or "PROTOCOL"):
+            if arg == "OUTPUT":
+                # Output entries that are JSON but no text/json entry; then the P02 request.
+                for entry in ("5", "[1]", '{"type": "text", "text": 1}', '{"type": "json"}', '{"type": "truncated", "truncated": true}'):
+                    await queue.put(pb.AttachRequest(output=pb.GuestOutput(entry_json=entry)))
+            for request in _forged("PROTOCOL" if arg in (None, "OUTPUT") else arg):
                 await queue.put(pb.AttachRequest(request=request))
             while True:
                 reply = await call.read()

@@ -28,10 +28,11 @@ from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, W
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
 from cellblock.server.runs._guest_failure import exit_failure
 from cellblock.server.runs._leg_end import LegEnding
-from cellblock.server.runs._output import NotSerializableError
+from cellblock.server.runs._output import NotSerializableError, is_output_entry
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
+from cellblock.server.runs._snapshot_in import SnapshotIn
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace
 
@@ -96,7 +97,7 @@ class Leg(LegEnding):
         #: True once the cell has its Start message; settlements before that are delivered with it.
         self._started = False
         self._terminal: LegOutcome | None = None
-        self._snapshot_parts: list[bytes] = []
+        self._snapshot_in = SnapshotIn(run.limits.max_snapshot_bytes)
         #: Controller refusals of this leg by (method, refusal kind): how many.
         self._refusals_logged: dict[tuple[str, str], int] = {}
         #: Output entries accepted in this leg, in production order.
@@ -277,8 +278,8 @@ class Leg(LegEnding):
             self._on_omission(message.omission)
         elif which == "idle":
             self._on_idle(message.idle.host_work)
-        elif which == "snapshot_chunk":
-            self._snapshot_parts.append(message.snapshot_chunk.data)
+        elif which == "snapshot_chunk" and self._suspend_sent:
+            self._snapshot_in.add(message.snapshot_chunk.data)  # kept only up to maxSnapshotBytes
         elif which == "end":
             return self._on_end(message.end)
         else:
@@ -406,6 +407,8 @@ class Leg(LegEnding):
             self._log.warning("bridge.output_too_deep")  # SPEC §8.4 item 6: dropped and logged
             return
         except ValueError:
+            entry = None
+        if not is_output_entry(entry):  # not JSON, or not a text/json entry
             self._log.error("bridge.invalid_output")
             return
         try:

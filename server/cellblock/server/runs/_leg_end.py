@@ -15,6 +15,7 @@ from cellblock.server.runs._guest_failure import completed_outcome, guest_failur
 from cellblock.server.runs._protocol import BridgeMethod, ErrorCode, LegOutcome, RunStatus, failed
 from cellblock.server.runs._reuse_rule import clean_end, reusable
 from cellblock.server.runs._settle import SettleLoop
+from cellblock.server.runs._snapshot_in import SnapshotIn
 from cellblock.server.telemetry import LegTrace
 
 
@@ -35,7 +36,7 @@ class LegEnding(SettleLoop):
     _kept: ScopeCell | None
     _outcome: LegOutcome | None
     _terminal: LegOutcome | None
-    _snapshot_parts: list[bytes]
+    _snapshot_in: SnapshotIn
     #: The guest's end was clean and the host accepted what it carried.
     _clean_end: bool
     #: The cell broke the bridge protocol or sent what its controller should have refused.
@@ -70,16 +71,17 @@ class LegEnding(SettleLoop):
 
     async def _on_suspended(self, suspended: bpb.Suspended) -> LegOutcome:
         run = self.run_
-        data = b"".join(self._snapshot_parts)
-        if len(data) != suspended.snapshot_bytes:
+        size = self._snapshot_in.received
+        if size != suspended.snapshot_bytes:
             self._log.error("bridge.snapshot_size_mismatch")
             return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
         self._clean_end = True
-        if len(data) > run.limits.max_snapshot_bytes:
+        if self._snapshot_in.over_limit:
             self.abandon_dispatched()
-            self._log.warning("snapshot.too_large", snapshot_bytes=len(data))
-            self.trace.snapshot_stored(len(data), suspended.raw_bytes, error="snapshot_limit_exceeded")
-            return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(len(data), run.limits.max_snapshot_bytes))
+            self._log.warning("snapshot.too_large", snapshot_bytes=size)
+            self.trace.snapshot_stored(size, suspended.raw_bytes, error="snapshot_limit_exceeded")
+            return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(size, run.limits.max_snapshot_bytes))
+        data = self._snapshot_in.data()
         if not run.holds_slot and not await self._reserve_slot(run):
             self.abandon_dispatched()
             return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))

@@ -63,6 +63,15 @@ def json_size(value: Any) -> int:
     return utf8_size(compact_json(value))
 
 
+def is_output_entry(entry: object) -> bool:
+    """True for an entry a cell may send: ``{type: "text", text}`` (a string) or ``{type: "json", value}`` (SPEC §10.5)."""
+    if not isinstance(entry, dict):
+        return False
+    if entry.get("type") == "text":
+        return entry.keys() == {"type", "text"} and isinstance(entry["text"], str)
+    return entry.get("type") == "json" and entry.keys() == {"type", "value"}
+
+
 def entry_size(entry: Mapping[str, Any]) -> int:
     """Returns the size of an output entry: the bytes of its compact JSON."""
     return json_size(entry)

@@ -140,7 +140,8 @@ def admit_refused(run: Run, req: bpb.GuestRequest, method: BridgeMethod, first: 
     if method.nested:
         for _ in range(first, last + 1):
             count(run, BridgeMethod.CALL)
-    kind = (req.method, bpb.GuestRefusal.Name(req.refusal))
+    # A kind this host does not know (a forged or newer agent) is logged by its number, never raised on.
+    kind = (req.method, bpb.GuestRefusal.Name(req.refusal) if req.refusal in bpb.GuestRefusal.values() else f"GUEST_REFUSAL_{req.refusal}")
     if kind not in refusals:
         leg_log.warning("bridge.refused_by_guest", bridge_id=req.bridge_id, method=req.method, refusal=kind[1], refused_count=last - first + 1)
     refusals[kind] = refusals.get(kind, 0) + last - first + 1
