@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, RunResult, Scope, Tool
+from tests.support.cells import cells_asked_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -254,12 +255,12 @@ async def test_uncaught_pending_cap_rejection_inside_a_refusal_flood_is_a_bridge
 async def test_oversized_program_is_invalid_input_naming_the_limit(client: CellblockClient, scope: Scope, service: Any, size: int) -> None:
     """SPEC §5.1, §2.3: a program over the size bound is refused before any cell starts."""
     await client.put_catalog(scope, TOOLS)
-    before = service.executor.cells_started
+    before = cells_asked_for(service)
     program = "return 1; //" + "x" * (size - len("return 1; //"))
     result = await client.exec(scope, tool_call_id="big-program", code=program, handlers=HANDLERS)
     assert result.status == "failed" and result.code == "invalid_input" and result.failure_phase == "input", result.raw_json[:300]
     assert result.error == f"the program is {size} bytes, more than the 1048576-byte program limit; send a shorter program and fetch large data with tools."
-    assert service.executor.cells_started == before
+    assert cells_asked_for(service) == before
 
 
 async def test_program_at_the_size_bound_runs(client: CellblockClient, scope: Scope) -> None:

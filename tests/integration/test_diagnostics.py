@@ -15,6 +15,7 @@ import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import Service
+from tests.support.cells import cells_asked_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -39,13 +40,13 @@ REJECTIONS = [
 async def test_rejections_start_no_cell_and_answer_fast(client: CellblockClient, scope: Scope, service: Service, arguments: dict[str, Any], message: str) -> None:
     await client.put_catalog(scope, [Tool(source="host", name="noop")])
     await client.exec(scope, tool_call_id="warm", arguments={"code": "ls"}, handlers={})  # warm the parser
-    before = service.executor.cells_started
+    before = cells_asked_for(service)
     started = time.monotonic()
     result = await client.exec(scope, tool_call_id="reject", arguments=arguments, handlers={})
     elapsed_ms = (time.monotonic() - started) * 1000
     assert (result.status, result.code, result.failure_phase, result.bridge_dispatch_started) == ("failed", "invalid_input", "input", False), result.raw_json
     assert message in result.error
-    assert service.executor.cells_started == before, "a rejected source must not start a cell"
+    assert cells_asked_for(service) == before, "a rejected source must not start a cell"
     # Source preparation runs in a worker process (issue 11); on a loaded 2-core machine its round
     # trip alone can pass 50 ms. The bound catches a cell start (seconds) or a hang, not jitter.
     assert elapsed_ms < 1000, f"{elapsed_ms:.1f} ms for a rejection (includes the gRPC round trip)"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from cellblock.client import CellblockClient, Scope, Tool
+from tests.support.cells import cells_asked_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -148,13 +149,13 @@ async def test_busy_loop_times_out_and_next_exec_works(client: CellblockClient, 
 
 async def test_invalid_input_starts_no_cell(client: CellblockClient, scope: Scope, service: Any) -> None:
     await _register(client, scope)
-    before = service.executor.cells_started
+    before = cells_asked_for(service)
     result = await client.exec(scope, tool_call_id="c8", arguments={"code": "ls -la /tmp"}, handlers={})
     assert result.status == "failed" and result.code == "invalid_input" and result.failure_phase == "input"
     assert result.error.startswith("exec runs JavaScript or TypeScript, not shell commands")
     result = await client.exec(scope, tool_call_id="c9", arguments={"command": "return 1", "code": "return 2"}, handlers={})
     assert result.error == "code and command must be identical when both are given; send the program in code."
-    assert service.executor.cells_started == before
+    assert cells_asked_for(service) == before
 
 
 async def test_output_budget_truncates_and_keeps_status(client: CellblockClient, scope: Scope) -> None:

@@ -156,7 +156,7 @@ async def test_the_default_is_leg() -> None:
     assert ServerSettings.from_env({"CELLBLOCK_CELL_REUSE": "scope"}).cell_reuse == "scope"
 
 
-def test_the_server_refuses_an_invalid_setting_in_one_line(tmp_path: Path) -> None:
+async def test_the_server_refuses_an_invalid_setting_in_one_line(tmp_path: Path) -> None:
     """``python -m cellblock.server`` with a bad reuse setting exits with one ``cellblock:`` line, no traceback."""
     root = Path(__file__).resolve().parents[2]
     env = {

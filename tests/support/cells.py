@@ -30,6 +30,17 @@ def leg_cells(service: Service) -> list[str]:
     return [name for name in executor.list_cell_containers() if name not in idle]
 
 
+def cells_asked_for(service: Service) -> int:
+    """How many times a leg of the service asked for a cell (a pool hit, or a fresh start).
+
+    Not ``executor.cells_started``: the warm pool sizes itself and refills in the background,
+    so a cell may start while a test's request is refused at input, with no leg behind it.
+    """
+    if service.pool is not None:
+        return service.pool.hits + service.pool.misses
+    return int(service.executor.cells_started)
+
+
 def cell_dirs(socket_dir: str) -> list[str]:
     """The per-cell bridge directories (``cell-*``) under a socket directory.
 
