@@ -9,7 +9,6 @@ after, and the exec's outcome. ``BENCH_VALUE_MB`` lists the sizes (default ``10,
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -17,12 +16,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.noisy_neighbour import _free_port, _ready
+from bench.noisy_neighbour import _free_port, _ready, service_env
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
 SIZES_MB = [int(s) for s in os.environ.get("BENCH_VALUE_MB", "10,60").split(",")]
-ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
 
 
@@ -37,16 +35,7 @@ def status_mib(pid: int, field: str) -> float:
 async def one(size_mb: int) -> str:
     with tempfile.TemporaryDirectory(prefix="cellblock-bigvalue-") as sockets:
         address = f"127.0.0.1:{_free_port()}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("proto", "server", "client")),
-            "CELLBLOCK_ADDRESS": address,
-            "CELLBLOCK_IMAGE": IMAGE,
-            "CELLBLOCK_SOCKET_DIR": sockets,
-            "CELLBLOCK_STATE_DIR": os.path.join(sockets, "state"),
-            "CELLBLOCK_WARM_POOL": "0",
-            "CELLBLOCK_CODE_MODE": json.dumps({"enabled": True, "timeoutMs": 30000}),
-        }
+        env = service_env(address, sockets, IMAGE, timeout_ms=30000, CELLBLOCK_WARM_POOL="0")
         proc = subprocess.Popen([sys.executable, "-m", "cellblock.server"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: S603
         try:
             await _ready(address, proc)

@@ -134,6 +134,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def service_env(address: str, sockets: str, image: str, *, timeout_ms: int, **extra: str) -> dict[str, str]:
+    """The environment of a bench's own ``python -m cellblock.server`` on ``address``.
+
+    Its socket and state directories (its instance id, the SQLite run store) lie under
+    ``sockets`` and go with it; ``extra`` adds or overrides ``CELLBLOCK_*`` settings.
+    """
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("proto", "server", "client")),
+        "CELLBLOCK_ADDRESS": address,
+        "CELLBLOCK_IMAGE": image,
+        "CELLBLOCK_SOCKET_DIR": sockets,
+        "CELLBLOCK_STATE_DIR": os.path.join(sockets, "state"),
+        "CELLBLOCK_CODE_MODE": json.dumps({"enabled": True, "timeoutMs": timeout_ms}),
+        **extra,
+    }
+
+
 async def _ready(address: str, proc: subprocess.Popen[bytes]) -> None:
     import grpc  # noqa: PLC0415
 
@@ -151,19 +169,15 @@ async def _ready(address: str, proc: subprocess.Popen[bytes]) -> None:
 async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cellblock-noisy-") as sockets:
         address = f"127.0.0.1:{_free_port()}"
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("proto", "server", "client")),
-            "CELLBLOCK_ADDRESS": address,
-            "CELLBLOCK_IMAGE": IMAGE,
-            "CELLBLOCK_SOCKET_DIR": sockets,
-            # The instance's own state (its id, the SQLite run store), gone with the directory.
-            "CELLBLOCK_STATE_DIR": os.path.join(sockets, "state"),
-            "CELLBLOCK_CODE_MODE": json.dumps({"enabled": True, "timeoutMs": 5000}),
+        env = service_env(
+            address,
+            sockets,
+            IMAGE,
+            timeout_ms=5000,
             # Latency is measured, not the busy bound: on a loaded machine 16 cell starts at once
             # can take longer than the default 10 s cell wait.
-            "CELLBLOCK_CELL_WAIT_MS": os.environ.get("CELLBLOCK_CELL_WAIT_MS", "60000"),
-        }
+            CELLBLOCK_CELL_WAIT_MS=os.environ.get("CELLBLOCK_CELL_WAIT_MS", "60000"),
+        )
         proc = subprocess.Popen([sys.executable, "-m", "cellblock.server"], env=env, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)  # noqa: S603
         try:
             await _ready(address, proc)
