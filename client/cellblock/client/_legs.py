@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias
 
-from cellblock.client._errors import CellblockError, ProtocolError, ToolRefused
+from cellblock.client._errors import ProtocolError, ToolRefused
 from cellblock.client._results import OutputEntry, RunResult, ToolCallInfo
 from cellblock.client._stream import Closed, LegStream
 from cellblock.v1 import code_mode_service_pb2
@@ -166,7 +166,7 @@ class LegDriver:
         run.sent_on_stream = []
         backlog, run.undelivered = run.undelivered, []
         for result in backlog:
-            self._spawn(self._deliver(run, result))
+            self._deliver(run, result)
         return run
 
     def _end_leg(self, stream: LegStream[Any], run: RunCalls | None, result: RunResult) -> None:
@@ -233,21 +233,32 @@ class LegDriver:
                 result = _error_result(tc.nested_call_id, "cancelled", "the tool handler was cancelled")
             else:
                 result = t.result()
-            self._spawn(self._deliver(run, result))
+            self._deliver(run, result)
 
         task.add_done_callback(done)
 
-    async def _deliver(self, run: RunCalls, result: code_mode_service_pb2.ToolResult) -> None:
+    def _deliver(self, run: RunCalls, result: code_mode_service_pb2.ToolResult) -> None:
+        """Queues ``result`` on the run's open stream now, or keeps it for the run's next leg.
+
+        No task per result: the handler's done callback hands it straight to the stream's
+        writer. It is kept for the next leg when no stream is open, the write fails (a
+        ``CellblockError``), or the leg ended while it was written.
+        """
         stream = run.stream
-        if stream is not None and stream.open:
-            try:
-                await asyncio.shield(stream.send(tool_result=result))
-                if run.stream is stream:
-                    run.sent_on_stream.append(result)
-                    return
-                # The leg ended while writing: keep it for the next one too.
-            except CellblockError:
-                pass
+        if stream is None or not stream.open:
+            self._keep(run, result)
+            return
+
+        def written(fut: asyncio.Future[None]) -> None:
+            if not fut.cancelled() and fut.exception() is None and run.stream is stream:
+                run.sent_on_stream.append(result)
+            else:
+                # The write failed (a CellblockError), or the leg ended while it was written.
+                self._keep(run, result)
+
+        stream.send(tool_result=result).add_done_callback(written)
+
+    def _keep(self, run: RunCalls, result: code_mode_service_pb2.ToolResult) -> None:
         if self.runs.get(run.run_id) is run:
             run.undelivered.append(result)
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(cellblock/bridge/v1/bridge_service.proto\x12\x13\x63\x65llblock.bridge.v1\"4\n\x05Hello\x12\x12\n\ncell_token\x18\x01 \x01(\t\x12\x17\n\x0f\x65ngine_build_id\x18\x02 \x01(\t\"\x8f\x01\n\x0cGuestRequest\x12\x11\n\tbridge_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x32\n\x07refusal\x18\x04 \x01(\x0e\x32!.cellblock.bridge.v1.GuestRefusal\x12\x15\n\rrefused_count\x18\x05 \x01(\x03\"!\n\x0bGuestOutput\x12\x12\n\nentry_json\x18\x01 \x01(\t\"_\n\x0eOutputOmission\x12\x17\n\x0fomitted_entries\x18\x01 \x01(\x03\x12\x15\n\romitted_bytes\x18\x02 \x01(\x03\x12\x1d\n\x15\x66irst_omitted_content\x18\x03 \x01(\t\"\x1f\n\tCompleted\x12\x12\n\nvalue_json\x18\x01 \x01(\t\"f\n\x06\x46\x61iled\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .cellblock.bridge.v1.FailureKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1b\n\x13rejection_bridge_id\x18\x03 \x01(\t\"6\n\tSuspended\x12\x11\n\traw_bytes\x18\x01 \x01(\x03\x12\x16\n\x0esnapshot_bytes\x18\x02 \x01(\x03\"\xbc\x01\n\x06LegEnd\x12\x33\n\tcompleted\x18\x01 \x01(\x0b\x32\x1e.cellblock.bridge.v1.CompletedH\x00\x12-\n\x06\x66\x61iled\x18\x02 \x01(\x0b\x32\x1b.cellblock.bridge.v1.FailedH\x00\x12\x33\n\tsuspended\x18\x03 \x01(\x0b\x32\x1e.cellblock.bridge.v1.SuspendedH\x00\x42\t\n\x07outcomeJ\x04\x08\x04\x10\x05R\x08omission\"\x19\n\x04Idle\x12\x11\n\thost_work\x18\x01 \x01(\x03\"+\n\rSnapshotChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04last\x18\x02 \x01(\x08\"\xff\x02\n\rAttachRequest\x12+\n\x05hello\x18\x01 \x01(\x0b\x32\x1a.cellblock.bridge.v1.HelloH\x00\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32!.cellblock.bridge.v1.GuestRequestH\x00\x12\x32\n\x06output\x18\x03 \x01(\x0b\x32 .cellblock.bridge.v1.GuestOutputH\x00\x12<\n\x0esnapshot_chunk\x18\x04 \x01(\x0b\x32\".cellblock.bridge.v1.SnapshotChunkH\x00\x12*\n\x03\x65nd\x18\x05 \x01(\x0b\x32\x1b.cellblock.bridge.v1.LegEndH\x00\x12)\n\x04idle\x18\x06 \x01(\x0b\x32\x19.cellblock.bridge.v1.IdleH\x00\x12\x37\n\x08omission\x18\x07 \x01(\x0b\x32#.cellblock.bridge.v1.OutputOmissionH\x00\x42\t\n\x07message\"\xc4\x01\n\tLegLimits\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x01 \x01(\x03\x12\x1a\n\x12memory_limit_bytes\x18\x02 \x01(\x03\x12\x1e\n\x16max_pending_tool_calls\x18\x03 \x01(\x03\x12\x19\n\x11reply_inbox_bytes\x18\x04 \x01(\x03\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\x12\x1a\n\x12output_spent_bytes\x18\x06 \x01(\x03\x12\x15\n\routput_closed\x18\x07 \x01(\x08\"\x85\x02\n\x05Start\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12.\n\x06limits\x18\x03 \x01(\x0b\x32\x1e.cellblock.bridge.v1.LegLimits\x12\x14\n\x0c\x63\x61talog_json\x18\x04 \x01(\t\x12G\n\x0f\x62ridge_counters\x18\x05 \x03(\x0b\x32..cellblock.bridge.v1.Start.BridgeCountersEntry\x12\x16\n\x0esnapshot_bytes\x18\x06 \x01(\x03\x1a\x35\n\x13\x42ridgeCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\",\n\x0b\x42ridgeError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\"l\n\x06Settle\x12\x11\n\tbridge_id\x18\x01 \x01(\t\x12\x11\n\x07ok_json\x18\x02 \x01(\tH\x00\x12\x31\n\x05\x65rror\x18\x03 \x01(\x0b\x32 .cellblock.bridge.v1.BridgeErrorH\x00\x42\t\n\x07outcome\"\t\n\x07Suspend\"\"\n\x07Recycle\x12\x17\n\x0fnext_cell_token\x18\x01 \x01(\t\"\x97\x02\n\x0e\x41ttachResponse\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.cellblock.bridge.v1.StartH\x00\x12-\n\x06settle\x18\x02 \x01(\x0b\x32\x1b.cellblock.bridge.v1.SettleH\x00\x12/\n\x07suspend\x18\x03 \x01(\x0b\x32\x1c.cellblock.bridge.v1.SuspendH\x00\x12<\n\x0esnapshot_chunk\x18\x04 \x01(\x0b\x32\".cellblock.bridge.v1.SnapshotChunkH\x00\x12/\n\x07recycle\x18\x05 \x01(\x0b\x32\x1c.cellblock.bridge.v1.RecycleH\x00\x42\t\n\x07message*\x90\x01\n\x0cGuestRefusal\x12\x1d\n\x19GUEST_REFUSAL_UNSPECIFIED\x10\x00\x12\x1d\n\x19GUEST_REFUSAL_PENDING_CAP\x10\x01\x12\x1b\n\x17GUEST_REFUSAL_TOO_LARGE\x10\x02\x12%\n!GUEST_REFUSAL_NAMESPACE_ARGUMENTS\x10\x03*\x9a\x02\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x46\x41ILURE_KIND_GUEST_ERROR\x10\x01\x12!\n\x1d\x46\x41ILURE_KIND_BRIDGE_REJECTION\x10\x02\x12\x1d\n\x19\x46\x41ILURE_KIND_UNSETTLEABLE\x10\x03\x12\x17\n\x13\x46\x41ILURE_KIND_MEMORY\x10\x04\x12\x1c\n\x18\x46\x41ILURE_KIND_ENGINE_TRAP\x10\x05\x12\x1c\n\x18\x46\x41ILURE_KIND_INTERRUPTED\x10\x06\x12\x1f\n\x1b\x46\x41ILURE_KIND_UNSERIALISABLE\x10\x07\x12\x17\n\x13\x46\x41ILURE_KIND_SYNTAX\x10\x08*|\n\x0b\x42ridgeLimit\x12\x1c\n\x18\x42RIDGE_LIMIT_UNSPECIFIED\x10\x00\x12\'\n!BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES\x10\x80\x80@\x12&\n\x1e\x42RIDGE_LIMIT_MAX_MESSAGE_BYTES\x10\x80\x80\x80\x80\x02*\x92\x01\n\x0c\x43\x65llExitCode\x12\x1e\n\x1a\x43\x45LL_EXIT_CODE_UNSPECIFIED\x10\x00\x12%\n!CELL_EXIT_CODE_BRIDGE_UNREACHABLE\x10\x03\x12\x1b\n\x17\x43\x45LL_EXIT_CODE_WATCHDOG\x10|\x12\x1e\n\x1a\x43\x45LL_EXIT_CODE_HOST_SILENT\x10}2f\n\rBridgeService\x12U\n\x06\x41ttach\x12\".cellblock.bridge.v1.AttachRequest\x1a#.cellblock.bridge.v1.AttachResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n(cellblock/bridge/v1/bridge_service.proto\x12\x13\x63\x65llblock.bridge.v1\"4\n\x05Hello\x12\x12\n\ncell_token\x18\x01 \x01(\t\x12\x17\n\x0f\x65ngine_build_id\x18\x02 \x01(\t\"\x8f\x01\n\x0cGuestRequest\x12\x11\n\tbridge_id\x18\x01 \x01(\t\x12\x0e\n\x06method\x18\x02 \x01(\t\x12\x11\n\targs_json\x18\x03 \x01(\t\x12\x32\n\x07refusal\x18\x04 \x01(\x0e\x32!.cellblock.bridge.v1.GuestRefusal\x12\x15\n\rrefused_count\x18\x05 \x01(\x03\"!\n\x0bGuestOutput\x12\x12\n\nentry_json\x18\x01 \x01(\t\"_\n\x0eOutputOmission\x12\x17\n\x0fomitted_entries\x18\x01 \x01(\x03\x12\x15\n\romitted_bytes\x18\x02 \x01(\x03\x12\x1d\n\x15\x66irst_omitted_content\x18\x03 \x01(\t\"\x1f\n\tCompleted\x12\x12\n\nvalue_json\x18\x01 \x01(\t\"f\n\x06\x46\x61iled\x12.\n\x04kind\x18\x01 \x01(\x0e\x32 .cellblock.bridge.v1.FailureKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x1b\n\x13rejection_bridge_id\x18\x03 \x01(\t\"6\n\tSuspended\x12\x11\n\traw_bytes\x18\x01 \x01(\x03\x12\x16\n\x0esnapshot_bytes\x18\x02 \x01(\x03\"\xbc\x01\n\x06LegEnd\x12\x33\n\tcompleted\x18\x01 \x01(\x0b\x32\x1e.cellblock.bridge.v1.CompletedH\x00\x12-\n\x06\x66\x61iled\x18\x02 \x01(\x0b\x32\x1b.cellblock.bridge.v1.FailedH\x00\x12\x33\n\tsuspended\x18\x03 \x01(\x0b\x32\x1e.cellblock.bridge.v1.SuspendedH\x00\x42\t\n\x07outcomeJ\x04\x08\x04\x10\x05R\x08omission\"\x19\n\x04Idle\x12\x11\n\thost_work\x18\x01 \x01(\x03\"+\n\rSnapshotChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0c\n\x04last\x18\x02 \x01(\x08\"\xff\x02\n\rAttachRequest\x12+\n\x05hello\x18\x01 \x01(\x0b\x32\x1a.cellblock.bridge.v1.HelloH\x00\x12\x34\n\x07request\x18\x02 \x01(\x0b\x32!.cellblock.bridge.v1.GuestRequestH\x00\x12\x32\n\x06output\x18\x03 \x01(\x0b\x32 .cellblock.bridge.v1.GuestOutputH\x00\x12<\n\x0esnapshot_chunk\x18\x04 \x01(\x0b\x32\".cellblock.bridge.v1.SnapshotChunkH\x00\x12*\n\x03\x65nd\x18\x05 \x01(\x0b\x32\x1b.cellblock.bridge.v1.LegEndH\x00\x12)\n\x04idle\x18\x06 \x01(\x0b\x32\x19.cellblock.bridge.v1.IdleH\x00\x12\x37\n\x08omission\x18\x07 \x01(\x0b\x32#.cellblock.bridge.v1.OutputOmissionH\x00\x42\t\n\x07message\"\xc4\x01\n\tLegLimits\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\x01 \x01(\x03\x12\x1a\n\x12memory_limit_bytes\x18\x02 \x01(\x03\x12\x1e\n\x16max_pending_tool_calls\x18\x03 \x01(\x03\x12\x19\n\x11reply_inbox_bytes\x18\x04 \x01(\x03\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x03\x12\x1a\n\x12output_spent_bytes\x18\x06 \x01(\x03\x12\x15\n\routput_closed\x18\x07 \x01(\x08\"\x9c\x02\n\x05Start\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0e\n\x06source\x18\x02 \x01(\t\x12.\n\x06limits\x18\x03 \x01(\x0b\x32\x1e.cellblock.bridge.v1.LegLimits\x12\x14\n\x0c\x63\x61talog_json\x18\x04 \x01(\t\x12G\n\x0f\x62ridge_counters\x18\x05 \x03(\x0b\x32..cellblock.bridge.v1.Start.BridgeCountersEntry\x12\x16\n\x0esnapshot_bytes\x18\x06 \x01(\x03\x12\x15\n\ridle_unneeded\x18\x07 \x01(\x08\x1a\x35\n\x13\x42ridgeCountersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\",\n\x0b\x42ridgeError\x12\x0f\n\x07message\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\t\"l\n\x06Settle\x12\x11\n\tbridge_id\x18\x01 \x01(\t\x12\x11\n\x07ok_json\x18\x02 \x01(\tH\x00\x12\x31\n\x05\x65rror\x18\x03 \x01(\x0b\x32 .cellblock.bridge.v1.BridgeErrorH\x00\x42\t\n\x07outcome\"\t\n\x07Suspend\"\"\n\x07Recycle\x12\x17\n\x0fnext_cell_token\x18\x01 \x01(\t\"\x97\x02\n\x0e\x41ttachResponse\x12+\n\x05start\x18\x01 \x01(\x0b\x32\x1a.cellblock.bridge.v1.StartH\x00\x12-\n\x06settle\x18\x02 \x01(\x0b\x32\x1b.cellblock.bridge.v1.SettleH\x00\x12/\n\x07suspend\x18\x03 \x01(\x0b\x32\x1c.cellblock.bridge.v1.SuspendH\x00\x12<\n\x0esnapshot_chunk\x18\x04 \x01(\x0b\x32\".cellblock.bridge.v1.SnapshotChunkH\x00\x12/\n\x07recycle\x18\x05 \x01(\x0b\x32\x1c.cellblock.bridge.v1.RecycleH\x00\x42\t\n\x07message*\x90\x01\n\x0cGuestRefusal\x12\x1d\n\x19GUEST_REFUSAL_UNSPECIFIED\x10\x00\x12\x1d\n\x19GUEST_REFUSAL_PENDING_CAP\x10\x01\x12\x1b\n\x17GUEST_REFUSAL_TOO_LARGE\x10\x02\x12%\n!GUEST_REFUSAL_NAMESPACE_ARGUMENTS\x10\x03*\x9a\x02\n\x0b\x46\x61ilureKind\x12\x1c\n\x18\x46\x41ILURE_KIND_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x46\x41ILURE_KIND_GUEST_ERROR\x10\x01\x12!\n\x1d\x46\x41ILURE_KIND_BRIDGE_REJECTION\x10\x02\x12\x1d\n\x19\x46\x41ILURE_KIND_UNSETTLEABLE\x10\x03\x12\x17\n\x13\x46\x41ILURE_KIND_MEMORY\x10\x04\x12\x1c\n\x18\x46\x41ILURE_KIND_ENGINE_TRAP\x10\x05\x12\x1c\n\x18\x46\x41ILURE_KIND_INTERRUPTED\x10\x06\x12\x1f\n\x1b\x46\x41ILURE_KIND_UNSERIALISABLE\x10\x07\x12\x17\n\x13\x46\x41ILURE_KIND_SYNTAX\x10\x08*|\n\x0b\x42ridgeLimit\x12\x1c\n\x18\x42RIDGE_LIMIT_UNSPECIFIED\x10\x00\x12\'\n!BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES\x10\x80\x80@\x12&\n\x1e\x42RIDGE_LIMIT_MAX_MESSAGE_BYTES\x10\x80\x80\x80\x80\x02*\x92\x01\n\x0c\x43\x65llExitCode\x12\x1e\n\x1a\x43\x45LL_EXIT_CODE_UNSPECIFIED\x10\x00\x12%\n!CELL_EXIT_CODE_BRIDGE_UNREACHABLE\x10\x03\x12\x1b\n\x17\x43\x45LL_EXIT_CODE_WATCHDOG\x10|\x12\x1e\n\x1a\x43\x45LL_EXIT_CODE_HOST_SILENT\x10}2f\n\rBridgeService\x12U\n\x06\x41ttach\x12\".cellblock.bridge.v1.AttachRequest\x1a#.cellblock.bridge.v1.AttachResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,14 +33,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_START_BRIDGECOUNTERSENTRY']._loaded_options = None
   _globals['_START_BRIDGECOUNTERSENTRY']._serialized_options = b'8\001'
-  _globals['_GUESTREFUSAL']._serialized_start=2188
-  _globals['_GUESTREFUSAL']._serialized_end=2332
-  _globals['_FAILUREKIND']._serialized_start=2335
-  _globals['_FAILUREKIND']._serialized_end=2617
-  _globals['_BRIDGELIMIT']._serialized_start=2619
-  _globals['_BRIDGELIMIT']._serialized_end=2743
-  _globals['_CELLEXITCODE']._serialized_start=2746
-  _globals['_CELLEXITCODE']._serialized_end=2892
+  _globals['_GUESTREFUSAL']._serialized_start=2211
+  _globals['_GUESTREFUSAL']._serialized_end=2355
+  _globals['_FAILUREKIND']._serialized_start=2358
+  _globals['_FAILUREKIND']._serialized_end=2640
+  _globals['_BRIDGELIMIT']._serialized_start=2642
+  _globals['_BRIDGELIMIT']._serialized_end=2766
+  _globals['_CELLEXITCODE']._serialized_start=2769
+  _globals['_CELLEXITCODE']._serialized_end=2915
   _globals['_HELLO']._serialized_start=65
   _globals['_HELLO']._serialized_end=117
   _globals['_GUESTREQUEST']._serialized_start=120
@@ -66,19 +66,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEGLIMITS']._serialized_start=1240
   _globals['_LEGLIMITS']._serialized_end=1436
   _globals['_START']._serialized_start=1439
-  _globals['_START']._serialized_end=1700
-  _globals['_START_BRIDGECOUNTERSENTRY']._serialized_start=1647
-  _globals['_START_BRIDGECOUNTERSENTRY']._serialized_end=1700
-  _globals['_BRIDGEERROR']._serialized_start=1702
-  _globals['_BRIDGEERROR']._serialized_end=1746
-  _globals['_SETTLE']._serialized_start=1748
-  _globals['_SETTLE']._serialized_end=1856
-  _globals['_SUSPEND']._serialized_start=1858
-  _globals['_SUSPEND']._serialized_end=1867
-  _globals['_RECYCLE']._serialized_start=1869
-  _globals['_RECYCLE']._serialized_end=1903
-  _globals['_ATTACHRESPONSE']._serialized_start=1906
-  _globals['_ATTACHRESPONSE']._serialized_end=2185
-  _globals['_BRIDGESERVICE']._serialized_start=2894
-  _globals['_BRIDGESERVICE']._serialized_end=2996
+  _globals['_START']._serialized_end=1723
+  _globals['_START_BRIDGECOUNTERSENTRY']._serialized_start=1670
+  _globals['_START_BRIDGECOUNTERSENTRY']._serialized_end=1723
+  _globals['_BRIDGEERROR']._serialized_start=1725
+  _globals['_BRIDGEERROR']._serialized_end=1769
+  _globals['_SETTLE']._serialized_start=1771
+  _globals['_SETTLE']._serialized_end=1879
+  _globals['_SUSPEND']._serialized_start=1881
+  _globals['_SUSPEND']._serialized_end=1890
+  _globals['_RECYCLE']._serialized_start=1892
+  _globals['_RECYCLE']._serialized_end=1926
+  _globals['_ATTACHRESPONSE']._serialized_start=1929
+  _globals['_ATTACHRESPONSE']._serialized_end=2208
+  _globals['_BRIDGESERVICE']._serialized_start=2917
+  _globals['_BRIDGESERVICE']._serialized_end=3019
 # @@protoc_insertion_point(module_scope)

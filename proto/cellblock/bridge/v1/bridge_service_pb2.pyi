@@ -444,7 +444,8 @@ Global___LegEnd: _TypeAlias = LegEnd  # noqa: Y015
 @_typing.final
 class Idle(_message.Message):
     """Idle says the guest's job queue is empty and its program waits on host
-    work; the guest sends it each time it starts waiting for host messages.
+    work; the guest sends it each time it starts waiting for host messages,
+    unless the leg's Start set `idle_unneeded`.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -633,6 +634,7 @@ class Start(_message.Message):
     CATALOG_JSON_FIELD_NUMBER: _builtins.int
     BRIDGE_COUNTERS_FIELD_NUMBER: _builtins.int
     SNAPSHOT_BYTES_FIELD_NUMBER: _builtins.int
+    IDLE_UNNEEDED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     """The run id, for logs."""
     source: _builtins.str
@@ -646,6 +648,12 @@ class Start(_message.Message):
     snapshot_bytes: _builtins.int
     """Size in bytes of the compressed snapshot that follows in chunks; 0 for a
     fresh program.
+    """
+    idle_unneeded: _builtins.bool
+    """True when the host does not use Idle in this leg (only a restart-safe
+    run's leg decides on it, SPEC §10.8 item 2): the guest then sends none,
+    one bridge write less per nested call. A host that leaves it false gets
+    Idle as before.
     """
     @_builtins.property
     def limits(self) -> Global___LegLimits:
@@ -664,10 +672,11 @@ class Start(_message.Message):
         catalog_json: _builtins.str = ...,
         bridge_counters: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
         snapshot_bytes: _builtins.int = ...,
+        idle_unneeded: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bridge_counters", b"bridge_counters", "catalog_json", b"catalog_json", "limits", b"limits", "run_id", b"run_id", "snapshot_bytes", b"snapshot_bytes", "source", b"source"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bridge_counters", b"bridge_counters", "catalog_json", b"catalog_json", "idle_unneeded", b"idle_unneeded", "limits", b"limits", "run_id", b"run_id", "snapshot_bytes", b"snapshot_bytes", "source", b"source"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -209,7 +209,8 @@ class Leg:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=message))
                 if phase == "pending" and host_work == 0:
                     return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
-                self._send(pb.AttachRequest(idle=pb.Idle(host_work=int(host_work))))
+                if not start.idle_unneeded:
+                    self._send(pb.AttachRequest(idle=pb.Idle(host_work=int(host_work))))
                 msg = await self._next(call)
                 kind = msg.WhichOneof("message")
                 if kind == "settle":

@@ -213,6 +213,8 @@ class Leg(LegEnding):
             catalog_json=run.view.guest_catalog_json(),
             bridge_counters=run.bridge_counters,
             snapshot_bytes=len(snapshot) if snapshot is not None else 0,
+            # Only a restart-safe run's leg decides on the guest's idles (_on_idle).
+            idle_unneeded=not run.restart_safe,
         )
         self._bridge.send(bpb.AttachResponse(start=start))
         if snapshot is not None:
