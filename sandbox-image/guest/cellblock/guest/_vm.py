@@ -30,13 +30,8 @@ USER_FILE = "cellblock:user.js"
 _WRAPPER_PREFIX = "(async function __cellblock_main() {"
 _WRAPPER_SUFFIX = "\n})"
 #: Leads every snapshot this guest writes: magic, then the controller's handle
-#: (4 bytes, big-endian), then the zlib-compressed VM image.
+#: (4 bytes, big-endian), then the VM image at zlib level 1 (bench/README.md).
 _SNAPSHOT_MAGIC = b"CBS2"
-#: zlib level of the VM image. Level 1, not 6: for the 1.7 MB image of a
-#: 2000-row heap it compresses in a third of the CPU time (7 ms, not 21 ms, in
-#: process; the cell's CPU quota multiplies both) and decompresses in half
-#: (2 ms, not 4 ms), for a 10 % larger snapshot (247 KB, not 225 KB).
-SNAPSHOT_ZLIB_LEVEL = 1
 #: Linear memory allowed above ``memoryLimitBytes`` (static data, stack, the
 #: allocator's slack), in bytes.
 WASM_HEADROOM_BYTES = 8 * 1024 * 1024
@@ -349,7 +344,7 @@ class CellVM:
         # a guest accessor on the global object; SPEC §8.1 item 5).
         raw = self._ctx.create_snapshot().to_bytes()
         header = _SNAPSHOT_MAGIC + _controller_slot(self._ctrl).to_bytes(4, "big")
-        return header + zlib.compress(raw, SNAPSHOT_ZLIB_LEVEL), len(raw)
+        return header + zlib.compress(raw, 1), len(raw)
 
     def restore(self, compressed: bytes, config: dict[str, Any]) -> None:
         """Restores a snapshot made by :meth:`snapshot` and resumes the leg.
