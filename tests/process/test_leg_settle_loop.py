@@ -19,6 +19,7 @@ import pytest
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool, ToolCallInfo
 from cellblock.server import messages as msg
 from cellblock.server.app import Service
+from cellblock.server.runs import Leg
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
 from cellblock.v1 import common_pb2
@@ -267,6 +268,32 @@ async def test_restart_safe_run_refuses_a_call_that_is_not_replay_safe(client: C
     result = await client.exec(scope, tool_call_id="h3", code='return await tools.callValue("client:app:echo", {});', handlers={"echo": echo}, force_restart_safe=True)
     assert (result.status, result.code, result.failure_phase) == ("failed", "invalid_input", "host"), result.raw_json
     assert result.error == msg.r03("client:app:echo")
+
+
+async def test_only_a_restart_safe_legs_guest_reports_idle(client: CellblockClient, scope: Scope, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The guest sends Idle only where the host decides on it (Start.idle_unneeded).
+
+    Only a restart-safe run's leg parks on its guest's idle (SPEC §10.8 item 2); an ordinary
+    leg's guest sends its requests and no Idle (one bridge write less per nested call), and its
+    calls still settle and the run completes in one leg.
+    """
+    await _catalog(client, scope)
+    seen: list[tuple[bool, str]] = []
+    on_guest = Leg._on_guest
+
+    def recording(leg: Leg, message: Any) -> Any:
+        if message is not None:
+            seen.append((leg.run_.restart_safe, message.WhichOneof("message")))
+        return on_guest(leg, message)
+
+    monkeypatch.setattr(Leg, "_on_guest", recording)
+    code = 'let s = 0; for (let i = 1; i <= 3; i++) s += (await tools.callValue("client:app:echo", {i})).i; return s;'
+    result = await client.exec(scope, tool_call_id="i1", code=code, handlers={"echo": echo})
+    assert (result.status, result.value, result.metadata.leg_count) == ("completed", 6, 1), result.raw_json
+    ordinary = [kind for safe, kind in seen if not safe]
+    assert ordinary.count("request") == 3 and "idle" not in ordinary, ordinary
+    await _parked_restart_safe(client, scope, "i2")
+    assert (True, "idle") in seen, "a restart-safe leg's guest reports idle, and the leg parks on it"
 
 
 # ------------------------------------------------------------------ abort
