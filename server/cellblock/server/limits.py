@@ -182,7 +182,8 @@ REGISTRATION_BUDGET_MS = 30000
 """Time one registration's schema processing may take in a worker process, milliseconds ([C01])."""
 
 CONTRACT_BUDGET_MS = 20
-"""Time one input or output contract check may take on the event loop, milliseconds."""
+"""CPU time one input or output contract check may take on the event loop's thread, milliseconds
+([B10]; wall time spent waiting for a core on a loaded machine does not count)."""
 
 MAX_SCHEMA_DEPTH = 128
 """Deepest nesting of arrays and objects a registered schema may have (JSON levels)."""

@@ -137,3 +137,33 @@ def test_unresolvable_refs_are_refused_at_registration(schema: dict, refused: bo
             compile_schema(schema, "outputSchema")
     else:
         compile_schema(schema, "outputSchema")
+
+
+def test_an_input_that_takes_too_much_cpu_to_check_is_b10_naming_the_budget() -> None:
+    wide = entry(parameters={"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "string", "minLength": 1}}}}, output=None)
+    with pytest.raises(BridgeReplyError) as err:
+        check_input_contract(wide, {"xs": ["a"] * 2_000_000})
+    assert "took longer than 20 ms; send a smaller input" in str(err.value)
+
+
+def test_time_spent_waiting_for_a_core_does_not_count_against_the_contract_budget() -> None:
+    # A loaded machine: the loop's thread waits 50 ms for a core in the middle of a small check.
+    # The budget is CPU time of the checking thread; a small input must still pass.
+    import time
+
+    from cellblock.server.catalog import _bounded
+
+    real = _bounded.budgeted
+    stalled: list[bool] = []
+
+    def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> None:
+        if not stalled:
+            stalled.append(True)
+            time.sleep(0.05)  # wall time passes, the thread uses no CPU
+        return None
+
+    check = real(keyword)
+    with _bounded.budget():
+        assert list(check(None, None, None, None)) == []
+        assert list(check(None, None, None, None)) == []
+    assert stalled == [True]
