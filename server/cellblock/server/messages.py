@@ -437,6 +437,15 @@ def p03(bridge_id: str) -> str:
     return f"duplicate bridge id: {echo(bridge_id)}"
 
 
+def p05(bridge_id: str) -> str:
+    """Returns [P05] for a request whose arguments are not a JSON array.
+
+    Args:
+        bridge_id: The id text sent by the guest; cut to 200 characters.
+    """
+    return f"invalid bridge arguments: {echo(bridge_id)} (its arguments are not a JSON array)"
+
+
 def p04(path: str) -> str:
     """Returns [P04] for an unknown namespace path.
 

@@ -50,6 +50,8 @@ class DockerExecutorConfig:
         test_guest_command: Tests only (the bridge fuzzer): run this command in
             the locked-down cell instead of the guest agent.
         test_mounts: Tests only: read-only mounts for that command's code.
+        test_writable_mounts: Tests only: writable mounts where that command records
+            what it saw (the bridge fuzzer's answers).
     """
 
     image: str = "cellblock-cell:dev"
@@ -61,6 +63,8 @@ class DockerExecutorConfig:
     test_guest_command: tuple[str, ...] = ()
     #: Test only: host directory → container path, mounted read-only (the hostile guest's code).
     test_mounts: dict[str, str] = field(default_factory=dict)
+    #: Test only: host directory → container path, mounted writable (what the hostile guest saw).
+    test_writable_mounts: dict[str, str] = field(default_factory=dict)
 
     @property
     def seccomp_profile(self) -> Path:
@@ -121,6 +125,8 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
         options["entrypoint"] = list(config.test_guest_command)
     for host_path, container_path in config.test_mounts.items():
         options["volumes"][host_path] = {"bind": container_path, "mode": "ro"}
+    for host_path, container_path in config.test_writable_mounts.items():
+        options["volumes"][host_path] = {"bind": container_path, "mode": "rw"}
     return options
 
 

@@ -41,6 +41,8 @@ class LegEnding(SettleLoop):
     _clean_end: bool
     #: The cell broke the bridge protocol or sent what its controller should have refused.
     _in_doubt: bool
+    #: The host asked the guest to suspend (``Suspend`` sent).
+    _suspend_sent: bool
 
     def release_cell(self) -> None:
         """Keeps the cell for the scope's next leg when the rule allows, else retires it."""
@@ -72,6 +74,10 @@ class LegEnding(SettleLoop):
     async def _on_suspended(self, suspended: bpb.Suspended) -> LegOutcome:
         run = self.run_
         size = self._snapshot_in.received
+        if not self._suspend_sent:
+            # A suspension the host never asked for is an invalid cell response (SPEC §10.4).
+            self._log.error("bridge.unasked_suspension")
+            return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
         if size != suspended.snapshot_bytes:
             self._log.error("bridge.snapshot_size_mismatch")
             return failed(ErrorCode.INTERNAL_ERROR, msg.R17)

@@ -53,6 +53,23 @@ def compact_json(value: Any) -> str:
         raise NotSerializableError(str(exc)) from None
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def guest_json(text: str) -> Any:
+    """Parses JSON a cell sent (arguments, an output entry, a final value), strictly (RFC 8259).
+
+    ``NaN``, ``Infinity`` and ``-Infinity`` are no JSON: a text holding one is refused like
+    any other that is not JSON (SPEC §14.5), never read as a number or shown as ``null``.
+
+    Raises:
+        ValueError: ``text`` is not JSON.
+        RecursionError: ``text`` nests deeper than the parser can go.
+    """
+    return json.loads(text, parse_constant=_not_json)
+
+
 def utf8_size(text: str) -> int:
     """Returns the UTF-8 byte length of ``text`` (a lone surrogate counts 3 bytes)."""
     return len(text.encode("utf-8", "surrogatepass"))

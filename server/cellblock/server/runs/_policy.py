@@ -20,7 +20,7 @@ from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.catalog import BridgeReplyError
 from cellblock.server.limits import MAX_BRIDGE_ID_CHARS
-from cellblock.server.runs._output import NotSerializableError, compact_json
+from cellblock.server.runs._output import NotSerializableError, compact_json, guest_json
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance, Settlement, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run
@@ -67,7 +67,7 @@ def _reject_reply(run: Run, p: PendingRequest, exc: BridgeReplyError, now: float
 def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int]) -> PendingRequest | ProtocolViolation | None:
     """Checks a guest request's method and id and records it on the run (SPEC §8.2).
 
-    A protocol violation (P01-P03) is logged and returned for the leg to reject back;
+    A protocol violation (P01-P03, P05) is logged and returned for the leg to reject back;
     requests the controller already refused are recorded by :func:`admit_refused`.
 
     Args:
@@ -80,7 +80,7 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
         The new pending request, the violation to reject back, or ``None`` when there
         is nothing to answer.
     """
-    m = _BRIDGE_ID.match(req.bridge_id)
+    m = _BRIDGE_ID.fullmatch(req.bridge_id)
     if req.method not in _METHODS:
         return _violation(run, req.bridge_id, msg.p01(req.method), leg_log)
     if not m or m.group(1) != req.method:
@@ -88,22 +88,20 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
     method = BridgeMethod(req.method)
     n = int(m.group(2))
     if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
-        admit_refused(run, req, method, n, leg_log, refusals)
-        return None
+        return admit_refused(run, req, method, n, leg_log, refusals)
     if req.bridge_id in run.seen_bridge_ids:
         return _violation(run, req.bridge_id, msg.p03(req.bridge_id), leg_log)
-    run.seen_bridge_ids.add(req.bridge_id)
-    run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
     too_deep = False
     try:
-        args = json.loads(req.args_json)
-        if not isinstance(args, list):
-            raise ValueError("arguments are not an array")
+        args = guest_json(req.args_json)
     except RecursionError:  # deeper than the host's parser: [B23] in refuse_over_host_limits
         args, too_deep = [], True
     except ValueError:
-        leg_log.error("bridge.invalid_arguments", bridge_id=req.bridge_id)
-        args = []
+        args = None
+    if not isinstance(args, list):
+        return _violation(run, req.bridge_id, msg.p05(req.bridge_id), leg_log)
+    run.seen_bridge_ids.add(req.bridge_id)
+    run.bridge_counters[req.method] = max(run.bridge_counters.get(req.method, 0), n)
     p = PendingRequest(bridge_id=req.bridge_id, method=method, args=args, too_deep=too_deep)
     run.pending[p.bridge_id] = p
     return p
@@ -116,20 +114,27 @@ def _violation(run: Run, bridge_id: str, message: str, leg_log: FilteringBoundLo
     return ProtocolViolation(bridge_id, message)
 
 
-def admit_refused(run: Run, req: bpb.GuestRequest, method: BridgeMethod, first: int, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int]) -> None:
+def admit_refused(
+    run: Run, req: bpb.GuestRequest, method: BridgeMethod, first: int, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int]
+) -> ProtocolViolation | None:
     """Records requests the controller already refused and rejected (SPEC §8.2 items 3-4, 6).
 
-    One message stands for ``refused_count`` consecutive ids. The guest numbers each
-    method's requests upwards, so a range that does not start above every id seen
-    for the method reuses one [P03]. Only the first refusal of a leg is logged per
-    method and kind; the rest are counted in ``refusals`` for the record written when
+    One message stands for ``refused_count`` consecutive ids (0 or less: one). The guest
+    numbers each method's requests upwards, so a range that does not start above every id
+    seen for the method reuses one ([P03]), and one that runs past 16 digits names ids the
+    bridge cannot have ([P02]): both are rejected back like any protocol violation (the
+    controller ignores the answer; SPEC §14.5). Only the first refusal of a leg is logged
+    per method and kind; the rest are counted in ``refusals`` for the record written when
     the leg ends.
+
+    Returns:
+        The violation to reject back, else ``None`` (a recorded refusal has no answer).
     """
     last = first + max(1, req.refused_count) - 1
-    if first <= run.bridge_counters.get(req.method, 0) or last >= 10**16:
-        # The controller already rejected these requests: logged only.
-        leg_log.error("bridge.protocol", bridge_id=req.bridge_id[:MAX_BRIDGE_ID_CHARS], message=msg.p03(req.bridge_id)[:300])
-        return
+    if last >= 10**16:
+        return _violation(run, req.bridge_id, msg.p02(req.bridge_id), leg_log)
+    if first <= run.bridge_counters.get(req.method, 0):
+        return _violation(run, req.bridge_id, msg.p03(req.bridge_id), leg_log)
     run.bridge_counters[req.method] = last
     provenance = Provenance.INPUT if req.refusal in _INPUT_REFUSALS else Provenance.INTERNAL
     ranges = run.refused_ranges
@@ -145,6 +150,7 @@ def admit_refused(run: Run, req: bpb.GuestRequest, method: BridgeMethod, first: 
     if kind not in refusals:
         leg_log.warning("bridge.refused_by_guest", bridge_id=req.bridge_id, method=req.method, refusal=kind[1], refused_count=last - first + 1)
     refusals[kind] = refusals.get(kind, 0) + last - first + 1
+    return None
 
 
 def refuse_over_host_limits(run: Run, p: PendingRequest, now: float) -> bool:
