@@ -154,3 +154,29 @@ async def test_a_pooled_cell_whose_agent_stops_answering_pings_is_discarded(make
     assert result.metadata.cell_id not in warm
     for container in frozen:
         assert await _removed(docker_client, container.name), f"the frozen cell {container.name} was kept"
+
+
+async def test_a_fresh_cell_paused_before_it_attached_failed_to_start_not_busy(make_service: Any, docker_client: docker.DockerClient) -> None:
+    svc = await make_service(warm_pool=0, cell_wait_ms=3000)
+    executor = svc.executor
+    real_start_sync = executor._start_sync  # noqa: SLF001 - pause in the same engine call, before the agent can attach
+    paused: list[str] = []
+
+    def start_paused(spec: Any) -> Any:
+        cell = real_start_sync(spec)
+        docker_client.containers.get(f"cellblock-{spec.cell_id}").pause()  # a Python agent needs far longer to attach
+        paused.append(f"cellblock-{spec.cell_id}")
+        return cell
+
+    executor._start_sync = start_paused  # type: ignore[method-assign]  # noqa: SLF001
+    result, elapsed = await _exec_fresh(svc)
+    assert paused, "no cell was started"
+    assert (result.status, result.code, result.failure_phase, result.bridge_dispatch_started) == ("failed", "runtime_unavailable", "host", False), result.raw_json
+    assert result.error == (
+        "cell runtime unavailable: the cell failed to start: within 3000 ms it never attached, and it is no longer running (paused or stopped);"
+        " it was removed and the program did not run."
+    ), result.raw_json
+    assert "busy" not in result.error
+    assert elapsed < 20, elapsed  # the cell wait (3 s) bounds it, plus one engine state check
+    for name in paused:
+        assert await _removed(docker_client, name), f"the paused cell {name} was kept"

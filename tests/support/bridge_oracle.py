@@ -35,6 +35,7 @@ from google.protobuf.message import DecodeError
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.server import messages as msg
+from cellblock.server.config import Limits
 
 METHODS = ("search", "describe", "call", "callValue", "namespace", "yield", "timer")
 #: SPEC §8.2 item 2: ``bridge:<method>:<n>``, ``<n>`` from 1, no leading zero, at most 16 digits, nothing around it.
@@ -56,12 +57,15 @@ class Answer:
         bridge_id: For requests, the id the answer carries (cut to 256 characters).
         message: For rejections, the exact message; for ``accepted``, the method.
         immediate: The host answers it before it reads the next message.
+        also: Other messages the SPEC allows for it (a nested call over the host's pending count
+            gets [B24] first, SPEC §8.4 item 7; whether it is depends on how fast calls are answered).
     """
 
     kind: str
     bridge_id: str = ""
     message: str = ""
     immediate: bool = False
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,7 @@ def _is_entry(entry: object) -> bool:
 class _Model:
     def __init__(self, timeout_ms: int, memory_limit_bytes: int) -> None:
         self.timeout_ms = timeout_ms
+        self.max_pending = Limits().max_pending_tool_calls
         self.memory_limit_bytes = memory_limit_bytes
         self.seen: set[str] = set()
         self.counters: dict[str, int] = {}
@@ -182,7 +187,7 @@ class _Model:
             provenance = "input" if r.refusal in (pb.GUEST_REFUSAL_TOO_LARGE, pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS) else "internal"
             self.refused.append((r.method, n, last, provenance))
             return Answer("refused", echo)
-        if r.bridge_id in self.seen:
+        if r.bridge_id in self.seen or n <= self.counters.get(r.method, 0):  # ids only go up
             return Answer("P03", echo, msg.p03(r.bridge_id), True)
         try:
             args = _loads(r.args_json)
@@ -197,7 +202,8 @@ class _Model:
         self.counters[r.method] = max(self.counters.get(r.method, 0), n)
         if args is None:  # deeper than the host's parser
             self.input.add(r.bridge_id)
-            return Answer("B23", echo, msg.b23(r.method), not self.suspend_sent)
+            nested = r.method in ("call", "callValue", "namespace")
+            return Answer("B23", echo, msg.b23(r.method), not self.suspend_sent, (msg.b24(self.max_pending),) if nested else ())
         self.admitted.add(r.bridge_id)
         answer = Answer("accepted", echo, r.method, r.method in ("search", "describe") and not self.suspend_sent)
         if r.method == "yield":

@@ -239,6 +239,11 @@ R10 = (
 )
 
 
+def cell_stopped_before_attach(cell_wait_ms: int) -> str:
+    """The [R11] reason for a fresh cell the engine no longer runs (paused or stopped) when its attach wait of ``cell_wait_ms`` ended."""
+    return f"the cell failed to start: within {cell_wait_ms} ms it never attached, and it is no longer running (paused or stopped); it was removed and the program did not run"
+
+
 def r11(reason: str) -> str:
     """Returns [R11] for a cell that cannot start.
 

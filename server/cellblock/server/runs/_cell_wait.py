@@ -72,17 +72,23 @@ async def start_cell(executor: Executor, spec: CellSpec, wait_until: float, cell
         return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(str(exc)))
 
 
-async def await_attach(leg: SettleLoop, attached: asyncio.Future[object], wait_until: float, cell_wait_s: float, log: FilteringBoundLogger) -> LegOutcome | None:
+async def await_attach(leg: SettleLoop, cell: Cell, attached: asyncio.Future[object], wait_until: float, cell_wait_s: float, log: FilteringBoundLogger) -> LegOutcome | None:
     """Waits until ``wait_until`` for the cell to authenticate, exit, or the caller to cancel.
 
     Other events wait on the leg's queue for its settle loop (:meth:`SettleLoop.hold_events_until`).
+    When the wait runs out, the engine is asked whether the cell still runs: one that is paused
+    or stopped failed to start ([R11]); only a running cell that is still getting ready means the
+    service is busy ([R21]). Either way the leg's cleanup removes the cell.
 
     Returns:
-        ``None`` once attached, else the leg's failed outcome ([R21], [R12]/[R13], aborted).
+        ``None`` once attached, else the leg's failed outcome ([R21], [R11], [R12]/[R13], aborted).
     """
     try:
         first = await leg.hold_events_until(attached, max(0.0, wait_until - asyncio.get_running_loop().time()))
     except TimeoutError:
+        if not await cell.alive():
+            log.error("cell.not_running_before_attach")
+            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(msg.cell_stopped_before_attach(int(cell_wait_s * 1000))))
         return wait_exceeded(log, "attach", cell_wait_s)
     match first:
         case CellExited(code=code):

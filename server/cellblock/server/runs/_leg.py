@@ -169,7 +169,7 @@ class Leg(LegEnding):
         assert self._bridge is not None and self._cell is not None
         run = self.run_
         self._spawn(self._watch_cell())
-        not_attached = await await_attach(self, self._spawn(self._bridge.attached.wait()), self._cell_wait_until, self.cell_wait_s, self._log)
+        not_attached = await await_attach(self, self._cell, self._spawn(self._bridge.attached.wait()), self._cell_wait_until, self.cell_wait_s, self._log)
         if not_attached is not None:
             return not_attached
         self.trace.attached()

@@ -89,7 +89,9 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
     n = int(m.group(2))
     if req.refusal != bpb.GUEST_REFUSAL_UNSPECIFIED:
         return admit_refused(run, req, method, n, leg_log, refusals)
-    if req.bridge_id in run.seen_bridge_ids:
+    if req.bridge_id in run.seen_bridge_ids or n <= run.bridge_counters.get(req.method, 0):
+        # The controller numbers each method's requests upwards: an id at or below the
+        # method's counter (its admitted and refused requests) is one already used.
         return _violation(run, req.bridge_id, msg.p03(req.bridge_id), leg_log)
     too_deep = False
     try:
