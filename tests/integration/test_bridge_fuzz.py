@@ -157,7 +157,13 @@ async def test_generated_bridge_messages_get_their_documented_answers(docker_cli
             started = time.monotonic()
             leg = await cells.run(good_token, messages, expected)
             assert time.monotonic() - started < 60, "a leg hung"
-            check_leg(expected, leg)
+            try:
+                check_leg(expected, leg)
+            except AssertionError:
+                if os.environ.get("CELLBLOCK_FUZZ_KEEP"):  # the failing plan, for replaying it by hand
+                    with open(os.environ["CELLBLOCK_FUZZ_KEEP"], "w", encoding="utf-8") as f:
+                        json.dump({"goodToken": good_token, "messages": [m.hex() for m in messages]}, f)
+                raise
             answers.update(a.kind for a in expected.answers)
             ends[expected.end.answer if expected.end else "?"] += 1
             sent.append(len(messages))

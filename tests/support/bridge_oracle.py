@@ -42,8 +42,6 @@ METHODS = ("search", "describe", "call", "callValue", "namespace", "yield", "tim
 _ID_DIGITS = re.compile(r"[1-9][0-9]{0,15}")
 #: Ids are echoed back cut to this many characters (``MAX_BRIDGE_ID_CHARS``, SPEC §3.1).
 ID_ECHO_CHARS = 256
-#: Text-carrying failure kinds: the message is a JSON string literal (bridge_service.proto ``Failed``).
-_TEXT_KINDS = {pb.FAILURE_KIND_GUEST_ERROR, pb.FAILURE_KIND_BRIDGE_REJECTION, pb.FAILURE_KIND_SYNTAX, pb.FAILURE_KIND_MEMORY}
 #: Answers that are ``Settle`` rejections the host sends as soon as it reads the message.
 REJECTIONS = frozenset({"P01", "P02", "P03", "P05", "B23"})
 
@@ -142,6 +140,15 @@ def _id_number(bridge_id: str, method: str) -> int | None:
     return int(bridge_id[len(prefix) :])
 
 
+def _guest_text(literal: str) -> str:
+    """Guest text crosses as a JSON string literal; anything else stays as it came (bridge_service.proto ``Failed``)."""
+    try:
+        decoded = json.loads(literal)
+    except (ValueError, RecursionError):
+        return literal
+    return decoded if isinstance(decoded, str) else literal
+
+
 def _is_entry(entry: object) -> bool:
     """SPEC §10.5: ``{type: "text", text: <string>}`` or ``{type: "json", value}``, nothing else."""
     if not isinstance(entry, dict):
@@ -237,39 +244,33 @@ class _Model:
             if not self.suspend_sent or e.suspended.snapshot_bytes != self.snapshot_received:
                 return invalid  # a suspension the host did not ask for, or chunks of another size
             return LegEnd("waiting", "waiting")
-        if which != "failed":
-            return invalid
-        f = e.failed
-        text = f.message
-        if f.kind in _TEXT_KINDS:
-            try:
-                decoded = json.loads(f.message)
-            except (ValueError, RecursionError):
-                decoded = f.message
-            text = decoded if isinstance(decoded, str) else f.message
+        return self.failure(e.failed) if which == "failed" else invalid
+
+    def failure(self, f: pb.Failed) -> LegEnd:
+        """SPEC §11.1-§11.4: the guest's report of a failed program."""
+        fixed = {
+            pb.FAILURE_KIND_UNSETTLEABLE: LegEnd("R04", "failed", ("internal_error",), msg.R04, "guest"),
+            pb.FAILURE_KIND_MEMORY: LegEnd("R09", "failed", ("runtime_unavailable",), msg.r09(self.memory_limit_bytes), "host"),
+            pb.FAILURE_KIND_ENGINE_TRAP: LegEnd("R10", "failed", ("runtime_unavailable",), msg.R10, "host"),
+            pb.FAILURE_KIND_INTERRUPTED: LegEnd("R05", "failed", ("timeout",), msg.r05(self.timeout_ms), "host"),
+            pb.FAILURE_KIND_UNSERIALISABLE: LegEnd("R15", "failed", ("output_limit_exceeded",), None, "host"),
+        }
+        if f.kind in fixed:
+            return fixed[f.kind]
+        guest_error = LegEnd("guest error", "failed", ("internal_error",), None, "guest")
         if f.kind == pb.FAILURE_KIND_GUEST_ERROR:
-            return LegEnd("guest error", "failed", ("internal_error",), None, "guest")
+            return guest_error
         if f.kind == pb.FAILURE_KIND_BRIDGE_REJECTION:
             provenance = self.provenance(f.rejection_bridge_id)
             if provenance is None:  # no rejection the host delivered: the guest's own error
-                return LegEnd("guest error", "failed", ("internal_error",), None, "guest")
+                return guest_error
             codes = {"input": ("invalid_input",), "internal": ("internal_error",), "either": ("invalid_input", "internal_error")}[provenance]
             return LegEnd("uncaught host reply", "failed", codes, None, "bridge")
-        if f.kind == pb.FAILURE_KIND_UNSETTLEABLE:
-            return LegEnd("R04", "failed", ("internal_error",), msg.R04, "guest")
-        if f.kind == pb.FAILURE_KIND_MEMORY:
-            return LegEnd("R09", "failed", ("runtime_unavailable",), msg.r09(self.memory_limit_bytes), "host")
-        if f.kind == pb.FAILURE_KIND_ENGINE_TRAP:
-            return LegEnd("R10", "failed", ("runtime_unavailable",), msg.R10, "host")
-        if f.kind == pb.FAILURE_KIND_INTERRUPTED:
-            return LegEnd("R05", "failed", ("timeout",), msg.r05(self.timeout_ms), "host")
         if f.kind == pb.FAILURE_KIND_SYNTAX:
-            line_text, _, engine_message = text.partition(":")
+            line_text, _, engine_message = _guest_text(f.message).partition(":")
             line = int(line_text) if line_text.isascii() and line_text.isdigit() else 1
             return LegEnd("S02", "failed", ("invalid_input",), msg.s02(line, 1, engine_message), "input")
-        if f.kind == pb.FAILURE_KIND_UNSERIALISABLE:
-            return LegEnd("R15", "failed", ("output_limit_exceeded",), None, "host")
-        return invalid  # a failure kind the SPEC does not name
+        return LegEnd("R17", "failed", ("internal_error",), msg.R17, "host")  # a failure kind the SPEC does not name
 
 
 def expect(messages: list[bytes], *, good_token: bool, timeout_ms: int, memory_limit_bytes: int) -> Expected:

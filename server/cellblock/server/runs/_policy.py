@@ -19,7 +19,6 @@ from structlog.typing import FilteringBoundLogger
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.catalog import BridgeReplyError
-from cellblock.server.limits import MAX_BRIDGE_ID_CHARS
 from cellblock.server.runs._output import NotSerializableError, compact_json, guest_json
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance, Settlement, ToolOutcome

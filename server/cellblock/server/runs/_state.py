@@ -127,7 +127,7 @@ class Run:
         if known is not None:
             return known
         method, _, n_text = bridge_id.removeprefix("bridge:").partition(":")
-        n = int(n_text) if n_text.isdigit() else 0
+        n = int(n_text) if n_text.isascii() and n_text.isdigit() else 0  # ASCII digits only, as in an id (SPEC §8.2)
         for m, first, last, provenance in self.refused_ranges:
             if m == method and first <= n <= last:
                 return provenance
