@@ -196,18 +196,19 @@ class _Model:
             return Answer("refused", echo)
         if r.bridge_id in self.seen or n <= self.counters.get(r.method, 0):  # ids only go up
             return Answer("P03", echo, msg.p03(r.bridge_id), True)
+        too_deep = False
         try:
             args = _loads(r.args_json)
         except RecursionError:
-            args = None
+            args, too_deep = [], True
         except ValueError:
             args = "not JSON"
-        if args is not None and not isinstance(args, list):
+        if not isinstance(args, list):
             self.internal.add(r.bridge_id)
             return Answer("P05", echo, msg.p05(r.bridge_id), True)
         self.seen.add(r.bridge_id)
         self.counters[r.method] = max(self.counters.get(r.method, 0), n)
-        if args is None:  # deeper than the host's parser
+        if too_deep:  # deeper than the host's parser
             self.input.add(r.bridge_id)
             nested = r.method in ("call", "callValue", "namespace")
             return Answer("B23", echo, msg.b23(r.method), not self.suspend_sent, (msg.b24(self.max_pending),) if nested else ())

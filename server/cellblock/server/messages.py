@@ -416,38 +416,22 @@ def b23(method: str) -> str:
 
 
 def p01(method: str) -> str:
-    """Returns [P01] for an unsupported bridge method.
-
-    Args:
-        method: The method text sent by the guest; cut to 200 characters.
-    """
+    """[P01]: an unsupported bridge method; ``method`` is the guest's text, cut to 200 characters."""
     return f"unsupported bridge method: {echo(method)}"
 
 
 def p02(bridge_id: str) -> str:
-    """Returns [P02] for a malformed bridge id.
-
-    Args:
-        bridge_id: The id text sent by the guest; cut to 200 characters.
-    """
+    """[P02]: a malformed bridge id (or refused range); ``bridge_id`` is the guest's text, cut to 200 characters."""
     return f"invalid bridge id: {echo(bridge_id)}"
 
 
 def p03(bridge_id: str) -> str:
-    """Returns [P03] for a reused bridge id.
-
-    Args:
-        bridge_id: The id text sent by the guest; cut to 200 characters.
-    """
+    """[P03]: a reused bridge id (at or below the method's counter); the guest's text, cut to 200 characters."""
     return f"duplicate bridge id: {echo(bridge_id)}"
 
 
 def p05(bridge_id: str) -> str:
-    """Returns [P05] for a request whose arguments are not a JSON array.
-
-    Args:
-        bridge_id: The id text sent by the guest; cut to 200 characters.
-    """
+    """[P05]: a request whose arguments are not a JSON array; ``bridge_id`` cut to 200 characters."""
     return f"invalid bridge arguments: {echo(bridge_id)} (its arguments are not a JSON array)"
 
 
