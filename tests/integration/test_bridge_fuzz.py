@@ -130,11 +130,13 @@ def _numbered(body: list[Any]) -> list[bytes]:
     return out
 
 
+#: One plan in 20 has a wrong token, one in 10 its first leg-ending message in front (sampled, not
+#: drawn as integers: hypothesis favours 0, which would make most plans end before they are read).
 plans = st.tuples(
-    st.integers(0, 19).map(lambda n: n != 0),
+    st.sampled_from([True] * 19 + [False]),
     st.lists(body, min_size=MIN_PLAN, max_size=MIN_PLAN + 80).map(_numbered),
     st.lists(terminal, max_size=3),
-    st.integers(0, 9),
+    st.sampled_from([True] * 9 + [False]),
 ).map(lambda t: (t[0], t[1] + t[2] if t[3] else t[2][:1] + t[1] + t[2][1:]))
 
 
