@@ -12,6 +12,10 @@ Both layers, in real locked-down cells:
 * a real QuickJS program that tries to pollute the controller's counters through the
   prototypes it can reach (``Object.prototype.<method>``, getters, ``Number.prototype``)
   across a park and a resume still gets every request answered as its own.
+
+The last test keeps the fuzzer's other findings, one plan each: JSON with ``NaN`` in arguments,
+output entries and final values, a suspension the host never asked for, arguments that are
+no array; each now gets the answer SPEC §14.5 documents.
 """
 
 from __future__ import annotations
@@ -119,3 +123,42 @@ async def test_a_program_cannot_pollute_the_controller_counters(client: Cellbloc
     assert result.status == "completed", result.raw_json
     assert result.value == [True, "host:core:echo", {"n": 1}, {"n": 2}, "yielded", True, "host:core:echo", {"n": 1}, {"n": 2}], json.dumps(result.value)
     assert time.monotonic() - started < 30
+
+
+def _end(**outcome: Any) -> bytes:
+    return pb.AttachRequest(end=pb.LegEnd(**outcome)).SerializeToString()
+
+
+def _output(entry_json: str) -> bytes:
+    return pb.AttachRequest(output=pb.GuestOutput(entry_json=entry_json)).SerializeToString()
+
+
+#: Findings of the fuzzer, each a plan: what is not JSON (RFC 8259 has no NaN or Infinity) and what the
+#: host never asked for. Each ends as SPEC §14.5 documents, with the answers before it as documented.
+FINDINGS = {
+    # Was: the NaN entry shown as {"type": "json", "value": null}; the NaN arguments dispatched, then [B23].
+    "NaN in arguments and output": (
+        [_output('{"type": "json", "value": NaN}'), _output('{"type": "json", "value": 1}'), _req("bridge:callValue:1", "callValue", '["host:core:echo", {"a": NaN}]')],
+        _end(completed=pb.Completed(value_json="2")),
+        "completed",
+    ),
+    # Was: completed with the value NaN (shown as null).
+    "a NaN value": ([], _end(completed=pb.Completed(value_json="NaN")), "R17"),
+    # Was: the run parked with an empty snapshot, which no wait could restore.
+    "a suspension nobody asked for": ([], _end(suspended=pb.Suspended(raw_bytes=0, snapshot_bytes=0)), "R17"),
+    # Was: the arguments taken as [] and answered [B05] as if the guest had sent no id.
+    "arguments that are no array": ([_req("bridge:callValue:1", "callValue", '{"id": "host:core:echo"}'), _req("bridge:search:1", "search", "null")], _end(completed=pb.Completed(value_json="3")), "completed"),
+}
+
+
+async def test_what_is_not_json_or_not_asked_for_gets_its_documented_answer(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FuzzCells.start(monkeypatch) as cells:
+        for name, (body, end, answer) in FINDINGS.items():
+            messages = [*body, end]
+            expected = expect(messages, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+            assert expected.end is not None and expected.end.answer == answer, (name, expected.end)
+            leg = await cells.run(True, messages, expected)
+            check_leg(expected, leg)
+            if name.startswith("NaN"):
+                assert leg.output == [("json", None, 1)], leg.output
+                assert (("bridge:callValue:1", False, msg.p05("bridge:callValue:1"))) in leg.agent, leg.agent
