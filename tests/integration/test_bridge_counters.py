@@ -146,6 +146,8 @@ FINDINGS = {
     "a NaN value": ([], _end(completed=pb.Completed(value_json="NaN")), "R17"),
     # Was: the run parked with an empty snapshot, which no wait could restore.
     "a suspension nobody asked for": ([], _end(suspended=pb.Suspended(raw_bytes=0, snapshot_bytes=0)), "R17"),
+    # Was: the bridge's reader stopped at the bytes, the stream stayed open, the leg waited for the watchdog (R06).
+    "bytes that are no bridge message": ([_req("bridge:search:1", "search", '["echo"]')], b"&\x973\x13", "R17"),
     # Was: the arguments taken as [] and answered [B05] as if the guest had sent no id.
     "arguments that are no array": ([_req("bridge:callValue:1", "callValue", '{"id": "host:core:echo"}'), _req("bridge:search:1", "search", "null")], _end(completed=pb.Completed(value_json="3")), "completed"),
 }
@@ -157,8 +159,10 @@ async def test_what_is_not_json_or_not_asked_for_gets_its_documented_answer(dock
             messages = [*body, end]
             expected = expect(messages, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
             assert expected.end is not None and expected.end.answer == answer, (name, expected.end)
+            started = time.monotonic()
             leg = await cells.run(True, messages, expected)
             check_leg(expected, leg)
+            assert time.monotonic() - started < TIMEOUT_MS / 1000, f"{name}: the leg waited for its deadline"
             if name.startswith("NaN"):
                 assert leg.output == [("json", None, 1)], leg.output
                 assert (("bridge:callValue:1", False, msg.p05("bridge:callValue:1"))) in leg.agent, leg.agent

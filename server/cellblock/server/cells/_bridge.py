@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
@@ -109,6 +110,10 @@ class _Servicer(pb_grpc.BridgeServiceServicer):
             try:
                 async for msg in iterator:
                     bridge.received(msg, generation)
+            except DecodeError:
+                # Bytes that are no AttachRequest: the leg reads a message with no known content
+                # and ends as an invalid cell response ([R17], SPEC §14.5), not at its watchdog.
+                bridge.received(pb.AttachRequest(), generation)
             except (grpc.aio.AioRpcError, asyncio.CancelledError):
                 pass
             finally:
