@@ -25,12 +25,13 @@ from ._contracts import check_input_contract, check_output_contract
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
-from ._offload import GuestData, SchemaTexts, guest_data, registration_problem
+from ._offload import SCHEMA_FIELDS, GuestData, SchemaTexts, guest_data, registration_problem
 from ._persist import view_from_state, view_state
 from ._surface import exec_description, tool_surface
 from ._text import compact_json, js_trim
 
 __all__ = [
+    "SCHEMA_FIELDS",
     "BridgeReplyError",
     "Catalog",
     "CatalogCounters",

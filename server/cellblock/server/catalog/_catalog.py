@@ -221,8 +221,18 @@ class CatalogView:
         Raises:
             BridgeReplyError: [B04] (input provenance), [B06] or [B07].
         """
+        return self.describe_entry(text).describe()
+
+    def describe_entry(self, text: object) -> CatalogEntry:
+        """Resolves ``tools.describe(id)``'s entry and counts the request (SPEC §8.3 item 2).
+
+        The caller answers with :meth:`CatalogEntry.describe_json`.
+
+        Raises:
+            BridgeReplyError: [B04] (input provenance), [B06] or [B07].
+        """
         self._counters.count_describe()
-        return self._lookup.resolve(text, "tools.describe").describe()
+        return self._lookup.resolve(text, "tools.describe")
 
     def resolve(self, text: object, helper: Helper = "tools.call") -> CatalogEntry:
         """Resolves an id text in the guest view, without counting (SPEC §7.6).
