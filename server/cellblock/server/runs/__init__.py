@@ -41,7 +41,7 @@ from cellblock.server.runs._protocol import (
     ToolOutcome,
 )
 from cellblock.server.runs._registry import RunRegistry, RunSummary
-from cellblock.server.runs._result import completed_result, failed_result, make_telemetry, waiting_result
+from cellblock.server.runs._result import completed_result, failed_result, make_telemetry, result_json, waiting_result
 from cellblock.server.runs._runner import LegReport, Runner, Telemetry
 from cellblock.server.runs._start import start_catalog_part
 from cellblock.server.runs._state import PendingRequest, Run
@@ -87,6 +87,7 @@ __all__ = [
     "normalize_json",
     "record_tool_outcome",
     "reply_inbox_bytes",
+    "result_json",
     "start_catalog_part",
     "waiting_result",
 ]
