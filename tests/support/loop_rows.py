@@ -32,6 +32,18 @@ async def _echo(tool_input: dict[str, Any], _info: Any) -> dict[str, Any]:
     return {"n": len(json.dumps(tool_input))}
 
 
+def _big_output(chars: int) -> Any:
+    async def handler(_input: dict[str, Any], _info: Any) -> dict[str, Any]:
+        return {"rows": [{"i": i, "s": "w" * 90} for i in range(chars // 100)]}
+
+    return handler
+
+
+def many_tools(count: int, description_chars: int) -> list[Tool]:
+    """``count`` host tools whose descriptions all match the query ``"alpha"``."""
+    return [Tool(source="host", owner="core", name=f"t{i}", description="alpha " + "d" * description_chars, parameters=wide_schema(5)) for i in range(count)]
+
+
 async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     """Runs one case against the service at ``address``; returns a summary of its answer."""
     scope = Scope(session_id=session, agent_run_id="loop")
@@ -56,6 +68,21 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
             if case == "exec_big_mcp":  # exec_only: the scope's catalog is already the big mcp one (put_mcp before)
                 await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
             result = await client.exec(scope, tool_call_id="m", code="return 1", handlers={}, limits=LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000))
+        elif case == "tool_output":
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows")])
+            code = "return (await tools.callValue('host:core:rows', {})).rows.length;"
+            result = await client.exec(scope, tool_call_id="r", code=code, handlers={"host:core:rows": _big_output(chars)}, limits=LimitOverrides(timeout_ms=20000))
+        elif case == "search":
+            await client.put_catalog(scope, many_tools(20 if small else 500, 100 if small else 8000))
+            code = 'const hits = await tools.search("alpha", {limit: 50}); return hits.length;'
+            result = await client.exec(scope, tool_call_id="s", code=code, handlers={}, limits=LimitOverrides(timeout_ms=20000))
+        elif case == "park":  # a run parks and resumes in a scope whose catalog is the big mcp one
+            await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
+            limits = LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000)
+            first = await client.exec(scope, tool_call_id="p", code='return await yield_control("x");', handlers={}, limits=limits)
+            if first.status != "waiting":
+                return {"ok": False, "status": first.status, "error": first.error[:300] if first.error else ""}
+            result = await client.wait(scope, tool_call_id="p2", run_id=first.run_id, handlers={})
         elif case == "output":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
             code = 'for (let i = 0; i < 200; i++) console.log("z".repeat(40000)); return [..."v".repeat(2000)];'

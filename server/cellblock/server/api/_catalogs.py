@@ -10,6 +10,7 @@ reads it as ``run.view``. :class:`ScopeCatalog` is one scope's catalog session.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from cellblock.server.catalog import (
     check_output_contract,
     compact_json,
     guest_data,
+    search_model,
     tool_surface,
     view_from_state,
     view_state,
@@ -71,12 +73,14 @@ class PreparedView:
         start_part: Its guest catalog as the serialized ``Start`` catalog part
             (``runs.start_catalog_part``): every leg sends these bytes as they are.
         schema_texts: The compact JSON of its entries' schemas (``tools.describe`` answers).
+        search_model: The BM25 model of its guest entries (``catalog.search_model``).
     """
 
     view: CatalogView
     namespace: McpNamespace
     start_part: bytes
     schema_texts: SchemaTexts
+    search_model: Any
 
 
 class RunCatalog:
@@ -270,10 +274,17 @@ class RunCatalog:
         return entry.source == "host" and text == entry.id and entry.replay_safe and not entry.side_effecting
 
 
-def _start_data(mcp_entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]) -> tuple[McpNamespace, bytes]:
-    """Worker side of :func:`prepare_view`: the namespace and the serialized ``Start`` catalog part."""
+def _start_data(
+    mcp_entries: Sequence[CatalogEntry], guest_entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]
+) -> tuple[McpNamespace, bytes, Any]:
+    """Worker side of :func:`prepare_view`: the namespace, the serialized ``Start`` catalog part and the search model."""
     namespace, catalog_json = guest_data(mcp_entries, all_tools, convenience)
-    return namespace, start_catalog_part(catalog_json)
+    return namespace, start_catalog_part(catalog_json), search_model(guest_entries)
+
+
+def _portable(entry: CatalogEntry) -> CatalogEntry:
+    """The entry without its compiled validators, for a worker process (they are not needed there)."""
+    return dataclasses.replace(entry, input_validator=None, output_validator=None)
 
 
 async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPool, size: int) -> PreparedView:
@@ -290,8 +301,9 @@ async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPoo
         WorkerFailed: The worker died.
     """
     mcp = [entry for entry in view.entries if entry.source == "mcp"]
-    namespace, part = await cpu.run(_start_data, mcp, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
-    return PreparedView(view, namespace, part, schema_texts)
+    guest = [_portable(entry) for entry in view.guest_entries]
+    namespace, part, model = await cpu.run(_start_data, mcp, guest, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+    return PreparedView(view, namespace, part, schema_texts, model)
 
 
 class ScopeCatalog:
@@ -310,6 +322,7 @@ class ScopeCatalog:
         """Keeps what a worker built for ``prepared.view`` while that is still the catalog's current view."""
         if prepared.view is not self.catalog.view:
             return  # a later registration of this scope finished first
+        prepared.view.adopt_search_model(prepared.search_model)
         self._prepared = prepared
         self.prepared_size = size
 

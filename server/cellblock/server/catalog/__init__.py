@@ -27,6 +27,7 @@ from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
 from ._offload import SCHEMA_FIELDS, GuestData, SchemaTexts, guest_data, registration_problem
 from ._persist import view_from_state, view_state
+from ._search import search_model
 from ._surface import exec_description, tool_surface
 from ._text import compact_json, js_trim
 
@@ -49,6 +50,7 @@ __all__ = [
     "guest_data",
     "js_trim",
     "registration_problem",
+    "search_model",
     "SchemaTexts",
     "tool_surface",
     "view_from_state",

@@ -182,6 +182,16 @@ class CatalogView:
     def _search_index(self) -> SearchIndex:
         return SearchIndex(self._guest)
 
+    def adopt_search_model(self, model: Any) -> None:
+        """Serves ``tools.search`` with ``model``, :func:`search_model` of :attr:`guest_entries` built elsewhere.
+
+        The service builds it in a worker process at registration: tokenizing megabytes of
+        descriptions held the event loop for hundreds of ms at the view's first search (SPEC
+        §2.3 "loop hold"). Does nothing once the view has searched.
+        """
+        if "_search_index" not in self.__dict__:
+            self.__dict__["_search_index"] = SearchIndex(self._guest, model)
+
     @cached_property
     def _lookup(self) -> GuestLookup:
         return GuestLookup(self._guest)
