@@ -32,7 +32,6 @@ from pathlib import Path
 import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
-from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.server.config import MAX_BRIDGE_MESSAGE_BYTES
 from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S, WARM_PING_INTERVAL_MS, WARM_PING_TIMEOUT_MS
 
@@ -90,7 +89,7 @@ def _add_servicer(servicer: _Servicer, server: grpc.aio.Server) -> None:
 _SERVICE = pb.DESCRIPTOR.services_by_name["BridgeService"].full_name
 
 
-class _Servicer(pb_grpc.BridgeServiceServicer):
+class _Servicer:
     """Authenticates each ``Attach`` by its first message and pumps it into the cell's bridge."""
 
     def __init__(self, resolve: Callable[[str], CellBridge | None], *, hello_timeout_s: float | None) -> None:
