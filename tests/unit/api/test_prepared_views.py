@@ -109,7 +109,7 @@ def test_a_run_refuses_prepared_data_of_another_view() -> None:
     scope = ScopeCatalog(CONFIG)
     first = scope.catalog.register([{"source": "host", "name": "a"}])
     scope.catalog.register([{"source": "host", "name": "b"}])
-    prepared = PreparedView(first, RunCatalog(first, CONFIG).namespace, b"", {}, None)
+    prepared = PreparedView(first, RunCatalog(first, CONFIG).namespace, b"", {}, None, b"[]", 0)
     with pytest.raises(ValueError, match="another catalog view"):
         RunCatalog(scope.catalog.view, CONFIG, prepared)
 
@@ -125,3 +125,16 @@ async def test_schema_texts_are_decoded_in_the_worker_with_the_documented_refusa
     problem, texts, tools = await cpu.run(registration_problem, [_tool("a", "d", "x")], "replace", [], None, None, budget_s=30)
     assert problem is None and texts["host:core:a"][0] == '{"type":"object","properties":{"x":{"type":"string","description":"the x"}}}'
     assert "parameters_json" not in tools[0] and tools[0]["parameters"]["properties"]["x"]["description"] == "the x"
+
+
+@pytest.mark.asyncio
+async def test_a_parked_runs_catalog_document_from_the_worker_equals_the_views_own(cpu: CpuPool) -> None:
+    scope = ScopeCatalog(CONFIG)
+    await _put(scope, cpu, [_tool("a", "alpha ☃", "x"), {"source": "mcp", "owner": "gh", "name": "issue", "parameters_json": '{"type":"object","description":"lone \\ud800"}'}])
+    run = scope.view()
+    run.search("alpha", None)
+    run.count_call()
+    unprepared = RunCatalog(scope.catalog.view, CONFIG)
+    assert json.loads(run.state_bytes().decode("utf-8", "surrogatepass")) == json.loads(unprepared.state_bytes().decode("utf-8", "surrogatepass")) == json.loads(json.dumps(run.to_state()))
+    restored = RunCatalog.from_state(json.loads(run.state_bytes().decode("utf-8", "surrogatepass")), CONFIG)
+    assert restored.start_catalog_part() == run.start_catalog_part() and restored.counter_scope == run.counter_scope

@@ -33,6 +33,7 @@ from cellblock.server.catalog import (
     check_input_contract,
     check_output_contract,
     compact_json,
+    entry_state,
     guest_data,
     search_model,
     tool_surface,
@@ -74,6 +75,9 @@ class PreparedView:
             (``runs.start_catalog_part``): every leg sends these bytes as they are.
         schema_texts: The compact JSON of its entries' schemas (``tools.describe`` answers).
         search_model: The BM25 model of its guest entries (``catalog.search_model``).
+        entries_json: The UTF-8 JSON of its entries' stored form (``catalog.view_state``'s
+            ``entries``), for a parked run's document (:meth:`RunCatalog.state_bytes`).
+        catalog_bytes: Length of the guest catalog's UTF-8 JSON, the tail of ``start_part``.
     """
 
     view: CatalogView
@@ -81,6 +85,8 @@ class PreparedView:
     start_part: bytes
     schema_texts: SchemaTexts
     search_model: Any
+    entries_json: bytes
+    catalog_bytes: int
 
 
 class RunCatalog:
@@ -109,6 +115,21 @@ class RunCatalog:
         The view, its catalog session and the guest's catalog data (``MCP`` map, ``API`` files).
         """
         return {"view": view_state(self._view), "guestCatalog": self.guest_catalog()}
+
+    def state_bytes(self) -> bytes:
+        """:meth:`to_state` as UTF-8 JSON, from the worker's texts when the view was prepared.
+
+        Tens of MB for a scope with large ``mcp`` schemas: serializing them on the event loop
+        each time a run parked held it for about 0.5 s (SPEC §2.3 "loop hold"). Only the
+        session's counters are written here.
+        """
+        prepared = self._prepared
+        if prepared is None:
+            return _utf8_json(self.to_state())
+        session = view_state(CatalogView((), self._view.counters))
+        del session["entries"]
+        catalog = memoryview(prepared.start_part)[len(prepared.start_part) - prepared.catalog_bytes :]
+        return b"".join((b'{"view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"))
 
     @classmethod
     def from_state(cls, state: dict[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:
@@ -274,12 +295,16 @@ class RunCatalog:
         return entry.source == "host" and text == entry.id and entry.replay_safe and not entry.side_effecting
 
 
-def _start_data(
-    mcp_entries: Sequence[CatalogEntry], guest_entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]
-) -> tuple[McpNamespace, bytes, Any]:
-    """Worker side of :func:`prepare_view`: the namespace, the serialized ``Start`` catalog part and the search model."""
-    namespace, catalog_json = guest_data(mcp_entries, all_tools, convenience)
-    return namespace, start_catalog_part(catalog_json), search_model(guest_entries)
+def _utf8_json(value: Any) -> bytes:
+    """JSON as the run store writes it (``runs._codec``): compact, non-ASCII kept, lone surrogates passed."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
+def _start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]) -> tuple[McpNamespace, bytes, Any, bytes, int]:
+    """Worker side of :func:`prepare_view`: namespace, ``Start`` catalog part, search model, stored entries."""
+    namespace, catalog_json = guest_data([e for e in entries if e.source == "mcp"], all_tools, convenience)
+    model = search_model([e for e in entries if e.source != "mcp"])
+    return namespace, start_catalog_part(catalog_json), model, _utf8_json([entry_state(e) for e in entries]), len(catalog_json.encode("utf-8"))
 
 
 def _portable(entry: CatalogEntry) -> CatalogEntry:
@@ -300,10 +325,9 @@ async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPoo
         WorkBudgetExceeded: It took longer than the registration budget.
         WorkerFailed: The worker died.
     """
-    mcp = [entry for entry in view.entries if entry.source == "mcp"]
-    guest = [_portable(entry) for entry in view.guest_entries]
-    namespace, part, model = await cpu.run(_start_data, mcp, guest, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
-    return PreparedView(view, namespace, part, schema_texts, model)
+    entries = [_portable(entry) for entry in view.entries]
+    namespace, part, model, entries_json, catalog_bytes = await cpu.run(_start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+    return PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
 
 
 class ScopeCatalog:

@@ -26,7 +26,7 @@ from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
 from ._offload import SCHEMA_FIELDS, GuestData, SchemaTexts, guest_data, registration_problem
-from ._persist import view_from_state, view_state
+from ._persist import entry_state, view_from_state, view_state
 from ._search import search_model
 from ._surface import exec_description, tool_surface
 from ._text import compact_json, js_trim
@@ -46,6 +46,7 @@ __all__ = [
     "check_input_contract",
     "check_output_contract",
     "compact_json",
+    "entry_state",
     "exec_description",
     "guest_data",
     "js_trim",
