@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -78,6 +79,8 @@ class PreparedView:
         entries_json: The UTF-8 JSON of its entries' stored form (``catalog.view_state``'s
             ``entries``), for a parked run's document (:meth:`RunCatalog.state_bytes`).
         catalog_bytes: Length of the guest catalog's UTF-8 JSON, the tail of ``start_part``.
+        version: A random id of this preparation, written into a parked run's document: a
+            resume on this replica finds the same preparation by it (:meth:`ScopeCatalog.restore_view`).
     """
 
     view: CatalogView
@@ -87,6 +90,7 @@ class PreparedView:
     search_model: Any
     entries_json: bytes
     catalog_bytes: int
+    version: str = dataclasses.field(default_factory=lambda: secrets.token_hex(12))
 
 
 class RunCatalog:
@@ -129,7 +133,7 @@ class RunCatalog:
         session = view_state(CatalogView((), self._view.counters))
         del session["entries"]
         catalog = memoryview(prepared.start_part)[len(prepared.start_part) - prepared.catalog_bytes :]
-        return b"".join((b'{"view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"))
+        return b"".join((b'{"catalogVersion":"', prepared.version.encode(), b'","view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"))
 
     @classmethod
     def from_state(cls, state: dict[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:
@@ -357,7 +361,16 @@ class ScopeCatalog:
         return RunCatalog(view, self._config, prepared)
 
     def restore_view(self, state: dict[str, Any]) -> RunCatalog:
-        """A stored run's view, counting in this session when it is the run's own."""
+        """A stored run's view, counting in this session when it is the run's own.
+
+        A run parked from this scope's current preparation (its document names the
+        preparation's random ``catalogVersion``) gets that exact view and preparation back, so
+        its legs do not rebuild megabytes of ``Start`` catalog, describe texts or search index
+        on the event loop (SPEC §2.3); any other run is restored from its document.
+        """
+        prepared = self._prepared
+        if prepared is not None and state.get("catalogVersion") == prepared.version:
+            return RunCatalog(prepared.view, self._config, prepared)
         live = self.catalog.counters
         return RunCatalog.from_state(state, self._config, live if live.counter_scope == state["view"]["counterScope"] else None)
 
