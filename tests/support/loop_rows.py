@@ -42,7 +42,7 @@ def _big_output(chars: int) -> Any:
 async def _exec(client: CellblockClient, scope: Scope, **kwargs: Any) -> Any:
     """``client.exec``, again (up to twice) when no cell was ready in time on a loaded machine ([R21])."""
     for _ in range(2):
-        result = await _exec(client, scope, **kwargs)
+        result = await client.exec(scope, **kwargs)
         if not (result.status == "failed" and result.code == "runtime_unavailable" and "busy" in (result.error or "")):
             return result
     return await client.exec(scope, **kwargs)
