@@ -32,6 +32,27 @@ async def _echo(tool_input: dict[str, Any], _info: Any) -> dict[str, Any]:
     return {"n": len(json.dumps(tool_input))}
 
 
+def _big_output(chars: int) -> Any:
+    async def handler(_input: dict[str, Any], _info: Any) -> dict[str, Any]:
+        return {"rows": [{"i": i, "s": "w" * 90} for i in range(chars // 100)]}
+
+    return handler
+
+
+async def _exec(client: CellblockClient, scope: Scope, **kwargs: Any) -> Any:
+    """``client.exec``, again (up to twice) when no cell was ready in time on a loaded machine ([R21])."""
+    for _ in range(2):
+        result = await client.exec(scope, **kwargs)
+        if not (result.status == "failed" and result.code == "runtime_unavailable" and "busy" in (result.error or "")):
+            return result
+    return await client.exec(scope, **kwargs)
+
+
+def many_tools(count: int, description_chars: int) -> list[Tool]:
+    """``count`` host tools whose descriptions all match the query ``"alpha"``."""
+    return [Tool(source="host", owner="core", name=f"t{i}", description="alpha " + "d" * description_chars, parameters=wide_schema(5)) for i in range(count)]
+
+
 async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     """Runs one case against the service at ``address``; returns a summary of its answer."""
     scope = Scope(session_id=session, agent_run_id="loop")
@@ -47,19 +68,34 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
             return {"ok": True}
         if case == "describe":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
-            result = await client.exec(scope, tool_call_id="d", code='const d = await tools.describe("host:core:wide"); return JSON.stringify(d).length;', handlers={})
+            result = await _exec(client, scope, tool_call_id="d", code='const d = await tools.describe("host:core:wide"); return JSON.stringify(d).length;', handlers={})
         elif case == "tool_input":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
             code = f'return (await tools.callValue("host:core:echo", {{s: "y".repeat({chars})}})).n;'
-            result = await client.exec(scope, tool_call_id="t", code=code, handlers={"host:core:echo": _echo}, limits=LimitOverrides(timeout_ms=20000))
+            result = await _exec(client, scope, tool_call_id="t", code=code, handlers={"host:core:echo": _echo}, limits=LimitOverrides(timeout_ms=20000))
         elif case in ("exec_big_mcp", "exec_only"):
             if case == "exec_big_mcp":  # exec_only: the scope's catalog is already the big mcp one (put_mcp before)
                 await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
-            result = await client.exec(scope, tool_call_id="m", code="return 1", handlers={}, limits=LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000))
+            result = await _exec(client, scope, tool_call_id="m", code="return 1", handlers={}, limits=LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000))
+        elif case == "tool_output":
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows")])
+            code = "return (await tools.callValue('host:core:rows', {})).rows.length;"
+            result = await _exec(client, scope, tool_call_id="r", code=code, handlers={"host:core:rows": _big_output(chars)}, limits=LimitOverrides(timeout_ms=20000))
+        elif case == "search":
+            await client.put_catalog(scope, many_tools(20 if small else 500, 100 if small else 8000))
+            code = 'const hits = await tools.search("alpha", {limit: 50}); return hits.length;'
+            result = await _exec(client, scope, tool_call_id="s", code=code, handlers={}, limits=LimitOverrides(timeout_ms=20000))
+        elif case == "park":  # a run parks and resumes in a scope with a large mcp catalog (a 7 MB view)
+            await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props // 5))])
+            limits = LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000)
+            first = await _exec(client, scope, tool_call_id="p", code='return await yield_control("x");', handlers={}, limits=limits)
+            if first.status != "waiting":
+                return {"ok": False, "status": first.status, "error": first.error[:300] if first.error else ""}
+            result = await client.wait(scope, tool_call_id="p2", run_id=first.run_id, handlers={})
         elif case == "output":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
             code = 'for (let i = 0; i < 200; i++) console.log("z".repeat(40000)); return [..."v".repeat(2000)];'
-            result = await client.exec(scope, tool_call_id="o", code=code, handlers={}, limits=LimitOverrides(max_output_bytes=10 * 1024 * 1024, timeout_ms=20000))
+            result = await _exec(client, scope, tool_call_id="o", code=code, handlers={}, limits=LimitOverrides(max_output_bytes=10 * 1024 * 1024, timeout_ms=20000))
         else:
             raise SystemExit(f"unknown case {case}")
         return {"ok": result.status == "completed", "status": result.status, "error": result.error[:300] if result.error else ""}

@@ -17,3 +17,25 @@ def test_the_service_reexecutes_itself_with_the_system_allocator_unless_told_oth
     assert out.stdout.strip() == "malloc ['arg']", out.stderr
     kept = subprocess.run([sys.executable, "-c", code, "arg"], env={**env, "PYTHONMALLOC": "pymalloc"}, capture_output=True, text=True, timeout=60, check=True)
     assert kept.stdout.strip() == "pymalloc ['arg']", kept.stderr
+
+
+def test_freezing_the_start_up_heap_leaves_later_objects_collectable() -> None:
+    import gc
+
+    try:
+        frozen = memory.freeze_startup_heap()
+        assert frozen == gc.get_freeze_count() > 1000
+        before = len(gc.get_objects())  # frozen objects are not among them
+
+        class Cycle:
+            pass
+
+        garbage = [Cycle() for _ in range(10_000)]
+        for item in garbage:
+            item.self = item  # type: ignore[attr-defined]
+        del garbage, item
+        assert len(gc.get_objects()) >= before + 10_000
+        gc.collect()
+        assert len(gc.get_objects()) < before + 100  # cycles created after the freeze are still collected
+    finally:
+        gc.unfreeze()

@@ -42,7 +42,7 @@ from cellblock.server.config import CodeModeConfig
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
-from cellblock.server.memory import trim_free_memory, tune_allocator, use_system_allocator
+from cellblock.server.memory import freeze_startup_heap, trim_free_memory, tune_allocator, use_system_allocator
 from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.store import DEFAULT_LEASE_SECONDS, RunStore, StoreUnavailableError, default_state_dir, default_store_url, describe_store, make_run_store
 from cellblock.server.telemetry import LoopMonitor, observe_registry, server_interceptors
@@ -376,6 +376,8 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     if pool is not None:
         pool.start()
     service.sweeper = asyncio.ensure_future(_sweep_periodically(registry))
+    # What start-up built lives as long as the process: no full collection traverses it again.
+    freeze_startup_heap()
     service.loop_monitor.start()
     return service
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import os
 import sys
 
@@ -82,3 +83,21 @@ def trim_free_memory() -> None:
     """Returns the heap's free pages to the system (``malloc_trim(0)``); cheap when little is free."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+def freeze_startup_heap() -> int:
+    """Exempts every object alive now from the garbage collector's full collections; returns their count.
+
+    A full (generation 2) collection traverses every container object the process holds, and
+    it runs on the thread that allocated last, usually the event loop's: with the service's
+    modules, gRPC, OpenTelemetry and jsonschema loaded that is about 135,000 objects and
+    80-120 ms, so every request could hold the loop for that long when a collection fell
+    inside it (SPEC §2.3, issue 11 item 1). What start-up created lives as long as the process,
+    so it is collected once and then frozen (``gc.freeze``): later full collections traverse
+    only what came after, 1-5 ms measured with several megabyte-sized catalogs alive. Objects
+    created later are collected as before; reference counting frees frozen objects that lose
+    their last reference, so only cycles among start-up objects would stay.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()

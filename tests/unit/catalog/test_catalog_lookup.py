@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogView
+from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogView, compact_json
 from cellblock.server.catalog._convenience import normalise_tool_name
 from cellblock.server.catalog._identifiers import TOOL_RESERVED, assign_identifiers, server_identifiers, to_identifier
 
@@ -219,3 +219,24 @@ def test_tool_identifiers_avoid_reserved_names() -> None:
         "resources2",
         "api",
     ]
+
+
+DESCRIBED: list[dict[str, Any]] = [
+    {"source": "host", "name": "h", "label": "H", "description": "reads ☃", "parameters": {"type": "object", "properties": {"n": {"type": "number", "default": 1.0}}}, "outputSchema": {"type": "string"}},
+    {"source": "host", "name": "bare"},
+    {"source": "client", "name": "c", "outputSchema": {"type": "string"}, "parameters": {"type": "object", "description": "lone \ud800"}},
+]
+
+
+@pytest.mark.parametrize("text", ["h", "bare", "client:client:c"])
+def test_describe_json_from_the_workers_schema_texts_equals_the_described_entry(text: str) -> None:
+    view = view_of(*DESCRIBED)
+    entry = view.describe_entry(text)
+    texts = (compact_json(entry.parameters) if entry.parameters is not None else "", compact_json(entry.output_schema) if entry.output_schema is not None else "")
+    assert entry.describe_json(texts) == entry.describe_json() == compact_json(view.describe(text))
+
+
+def test_describe_json_uses_the_given_schema_texts_rather_than_serializing_again() -> None:
+    entry = view_of(*DESCRIBED).describe_entry("h")
+    text = entry.describe_json(('{"from":"worker"}', '{"out":"worker"}'))
+    assert text.endswith(',"parameters":{"from":"worker"},"outputSchema":{"out":"worker"}}'), text

@@ -112,3 +112,31 @@ def test_input_failed() -> None:
         "replaySafe": True,
         "telemetry": make_telemetry(),
     }
+
+
+@pytest.mark.asyncio
+async def test_result_json_writes_output_in_slices_and_equals_compact_json() -> None:
+    import asyncio
+
+    from cellblock.server.runs import compact_json, result_json
+    from cellblock.server.runs._result import RESULT_JSON_SLICE_CHARS
+
+    entries = [{"type": "text", "text": "z" * 40_000}] * 60 + [{"type": "json", "value": {"a": [1.5, None, "é\ud800"]}}]
+    result = completed_result(value={"v": 1.0}, output=entries, replay_safe=True, telemetry=TELEMETRY)
+    turns = 0
+
+    async def count_turns() -> None:
+        nonlocal turns
+        while True:
+            await asyncio.sleep(0)
+            turns += 1
+
+    counter = asyncio.ensure_future(count_turns())
+    await asyncio.sleep(0)
+    text = await result_json(result)
+    counter.cancel()
+    assert text == compact_json(result)
+    assert turns >= 60 * 40_000 // RESULT_JSON_SLICE_CHARS - 1  # other callbacks ran between the slices
+    assert await result_json(failed_result(error="e", code="timeout", failure_phase="guest", bridge_dispatch_started=False, output=[], replay_safe=False, telemetry=TELEMETRY)) == compact_json(
+        failed_result(error="e", code="timeout", failure_phase="guest", bridge_dispatch_started=False, output=[], replay_safe=False, telemetry=TELEMETRY)
+    )

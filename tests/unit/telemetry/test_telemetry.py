@@ -221,6 +221,9 @@ class _StoredView:
     def to_state(self) -> dict[str, Any]:
         return {}
 
+    def state_bytes(self) -> bytes:
+        return b"{}"
+
     def entry(self, _entry_id: str) -> None:
         return None
 

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import copy
-import json
 from typing import Any
 
 import grpc
 
 from cellblock.server import messages as msg
-from cellblock.server.api._catalogs import ScopeCatalog, prepare_guest_data
+from cellblock.server.api._catalogs import ScopeCatalog, prepare_view
 from cellblock.server.api._scope import page_start, require_scope
 from cellblock.server.api._state import ServiceState
-from cellblock.server.catalog import CatalogRegistrationError, compact_json, registration_problem
-from cellblock.server.limits import MAX_SCHEMA_DEPTH, MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS
+from cellblock.server.catalog import SCHEMA_FIELDS, CatalogRegistrationError, compact_json, registration_problem
+from cellblock.server.limits import MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS
 from cellblock.server.runs import CancelReason, RunRegistry
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
@@ -32,11 +30,12 @@ _OPERATIONS = {
 _OPERATION_ENUM = {v: k for k, v in _OPERATIONS.items()}
 
 
-def tool_to_dict(index: int, tool: pb.Tool) -> dict[str, Any]:
-    """Converts a proto Tool to the registration shape of SPEC §3.2.
+def tool_to_dict(tool: pb.Tool) -> dict[str, Any]:
+    """Converts a proto Tool to the registration shape of SPEC §3.2, its schemas still JSON text.
 
-    Raises:
-        CatalogRegistrationError: A schema field is not valid JSON.
+    The schemas stay under their proto field names (``parameters_json``,
+    ``output_schema_json``) for the worker to decode (``catalog.decode_schemas``): decoding
+    megabytes on the event loop held it for 15-60 ms (SPEC §3.1 item 6).
     """
     out: dict[str, Any] = {"source": _SOURCES.get(tool.source), "name": tool.name}
     if tool.owner:
@@ -45,15 +44,10 @@ def tool_to_dict(index: int, tool: pb.Tool) -> dict[str, Any]:
         out["label"] = tool.label
     if tool.description:
         out["description"] = tool.description
-    for field, key in (("parameters_json", "parameters"), ("output_schema_json", "outputSchema")):
+    for field, _key in SCHEMA_FIELDS:
         text = getattr(tool, field)
         if text:
-            try:
-                out[key] = json.loads(text)
-            except ValueError:
-                raise CatalogRegistrationError(index, f"{field} is not valid JSON") from None
-            except RecursionError:
-                raise CatalogRegistrationError(index, f"{field} is nested too deeply (at most {MAX_SCHEMA_DEPTH} levels)") from None
+            out[field] = text
     if tool.replay_safe:
         out["replaySafe"] = True
     if tool.side_effecting:
@@ -144,26 +138,27 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         allow = list(request.allow) if request.allow else None
         deny = list(request.deny) if request.deny else None
         try:
-            tools = [tool_to_dict(i, t) for i, t in enumerate(request.tools)]
+            tools = [tool_to_dict(t) for t in request.tools]
             target = existing if (existing is not None and merge) else ScopeCatalog(self._state.config)
             hosted = _hosted_tools(self._state, tools)
             if target is not existing:
                 # A new catalog session gets the hosted MCP servers' entries (SPEC §3.2 item 7),
                 # after the caller's tools so registration errors keep the caller's indexes.
-                tools += copy.deepcopy(hosted)  # the hub's own data; registered without a copy below
+                tools += hosted  # the hub's own data: the worker hands back copies
             if existing is not None and not merge:
                 # A replace keeps the catalog object only if registration succeeds.
                 target = ScopeCatalog(self._state.config)
-            # The costly checks (metaschemas, $ref targets) run in a worker process within the
-            # registration budget; the loop then registers the checked tools (SPEC §3.2 item 3).
+            # Decoding the schema texts and the costly checks (metaschemas, $ref targets) run in a
+            # worker process within the registration budget; the loop then registers the decoded,
+            # checked tools the worker hands back (SPEC §3.1 item 6, §3.2 item 3).
             size = sum(len(t.parameters_json) + len(t.output_schema_json) + len(t.description) for t in request.tools)
-            problem, texts = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+            problem, texts, tools = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
             if problem is not None:
                 raise CatalogRegistrationError(*problem)
             view = target.catalog.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
             target.schema_texts = {**existing.schema_texts, **texts} if existing is not None and target is existing else texts
             total = size + (target.prepared_size if merge else 0)
-            target.set_prepared(view, await prepare_guest_data(view, self._cpu, total), total)
+            target.set_prepared(await prepare_view(view, target.schema_texts, self._cpu, total), total)
         except CatalogRegistrationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except WorkBudgetExceeded:

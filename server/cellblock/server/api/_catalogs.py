@@ -10,7 +10,11 @@ reads it as ``run.view``. :class:`ScopeCatalog` is one scope's catalog session.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
@@ -24,21 +28,22 @@ from cellblock.server.catalog import (
     CatalogEntry,
     CatalogView,
     CounterSnapshot,
-    GuestData,
     McpNamespace,
     SchemaTexts,
     build_namespace,
     check_input_contract,
     check_output_contract,
     compact_json,
+    entry_state,
     guest_data,
+    search_model,
     tool_surface,
     view_from_state,
     view_state,
 )
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.limits import REGISTRATION_BUDGET_MS
-from cellblock.server.runs import BridgeMethod, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry
+from cellblock.server.runs import BridgeMethod, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry, start_catalog_part
 from cellblock.server.workers import CpuPool
 
 log = structlog.get_logger("cellblock.leg")
@@ -56,18 +61,52 @@ def _telemetry(view: CatalogView, snap: CounterSnapshot) -> dict[str, Any]:
     )
 
 
+@dataclass(frozen=True, eq=False)
+class PreparedView:
+    """What the loop serves one catalog version from, built off the loop at registration (SPEC §2.3).
+
+    Bound to one :class:`~cellblock.server.catalog.CatalogView` object: a scope's next
+    registration builds a new one, and a run only ever gets the one of its own view
+    (:meth:`ScopeCatalog.view`), so no leg is sent another version's catalog.
+
+    Attributes:
+        view: The catalog view these were built from.
+        namespace: Its ``MCP`` namespace and namespace map (SPEC §8.5).
+        start_part: Its guest catalog as the serialized ``Start`` catalog part
+            (``runs.start_catalog_part``): every leg sends these bytes as they are.
+        schema_texts: The compact JSON of its entries' schemas (``tools.describe`` answers).
+        search_model: The BM25 model of its guest entries (``catalog.search_model``).
+        entries_json: The UTF-8 JSON of its entries' stored form (``catalog.view_state``'s
+            ``entries``), for a parked run's document (:meth:`RunCatalog.state_bytes`).
+        catalog_bytes: Length of the guest catalog's UTF-8 JSON, the tail of ``start_part``.
+        version: A random id of this preparation, written into a parked run's document: a
+            resume on this replica finds the same preparation by it (:meth:`ScopeCatalog.restore_view`).
+    """
+
+    view: CatalogView
+    namespace: McpNamespace
+    start_part: bytes
+    schema_texts: SchemaTexts
+    search_model: Any
+    entries_json: bytes
+    catalog_bytes: int
+    version: str = dataclasses.field(default_factory=lambda: secrets.token_hex(12))
+
+
 class RunCatalog:
     """The catalog view one run keeps for all of its legs (SPEC §3.2 item 6).
 
     Args:
         view: The frozen catalog view.
         config: The deployment's code-mode configuration.
-        prepared: The view's namespace and guest catalog JSON, built once per registration
-            in a worker process (:func:`prepare_guest_data`); ``None`` builds them here.
+        prepared: What a worker process built for the view at registration
+            (:func:`prepare_view`; its ``view`` must be ``view``); ``None`` builds it here.
         guest_catalog: The guest's catalog data of a run restored from the run store.
     """
 
-    def __init__(self, view: CatalogView, config: CodeModeConfig, prepared: GuestData | None = None, guest_catalog: dict[str, Any] | None = None) -> None:
+    def __init__(self, view: CatalogView, config: CodeModeConfig, prepared: PreparedView | None = None, guest_catalog: dict[str, Any] | None = None) -> None:
+        if prepared is not None and prepared.view is not view:
+            raise ValueError("prepared data of another catalog view")
         self._view = view
         self._config = config
         self._prepared = prepared
@@ -80,6 +119,21 @@ class RunCatalog:
         The view, its catalog session and the guest's catalog data (``MCP`` map, ``API`` files).
         """
         return {"view": view_state(self._view), "guestCatalog": self.guest_catalog()}
+
+    def state_bytes(self) -> bytes:
+        """:meth:`to_state` as UTF-8 JSON, from the worker's texts when the view was prepared.
+
+        Tens of MB for a scope with large ``mcp`` schemas: serializing them on the event loop
+        each time a run parked held it for about 0.5 s (SPEC §2.3 "loop hold"). Only the
+        session's counters are written here.
+        """
+        prepared = self._prepared
+        if prepared is None:
+            return _utf8_json(self.to_state())
+        session = view_state(CatalogView((), self._view.counters))
+        del session["entries"]
+        catalog = memoryview(prepared.start_part)[len(prepared.start_part) - prepared.catalog_bytes :]
+        return b"".join((b'{"catalogVersion":"', prepared.version.encode(), b'","view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"))
 
     @classmethod
     def from_state(cls, state: dict[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:
@@ -110,14 +164,19 @@ class RunCatalog:
     def namespace(self) -> McpNamespace:
         """The run's ``MCP`` namespace and namespace map (SPEC §8.5), computed once per view."""
         if self._prepared is not None:
-            return self._prepared[0]
+            return self._prepared.namespace
         return build_namespace(self._view.entries)
 
-    def guest_catalog_json(self) -> str:
-        """The compact JSON of :meth:`guest_catalog`, built once per view."""
+    def start_catalog_part(self) -> bytes:
+        """:meth:`guest_catalog` as the serialized ``Start`` catalog part, built once per view."""
         if self._prepared is not None:
-            return self._prepared[1]
-        return compact_json(self.guest_catalog())
+            return self._prepared.start_part
+        return self._start_part
+
+    @cached_property
+    def _start_part(self) -> bytes:
+        # A run restored from the store: built here once, for all of its legs.
+        return start_catalog_part(compact_json(self.guest_catalog()))
 
     def guest_catalog(self) -> dict[str, Any]:
         """The data the cell installs (SPEC §8.1, §8.5, §8.6).
@@ -146,9 +205,15 @@ class RunCatalog:
         """``tools.search`` (SPEC §7.5). Raises BridgeReplyError."""
         return self._view.search(query, options, config=self._config)
 
-    def describe(self, text: object) -> dict[str, Any]:
-        """``tools.describe`` (SPEC §8.3 item 2). Raises BridgeReplyError."""
-        return self._view.describe(text)
+    def describe_json(self, text: object) -> str:
+        """``tools.describe`` (SPEC §8.3 item 2) as compact JSON. Raises BridgeReplyError.
+
+        Put together from the schema texts a worker wrote for this view at registration,
+        when there are some (megabytes of schema are not serialized on the loop again).
+        """
+        entry = self._view.describe_entry(text)
+        texts = self._prepared.schema_texts.get(entry.id) if self._prepared is not None else None
+        return entry.describe_json(texts)
 
     def resolve_call(self, method: str, args: list[object]) -> ResolvedCall:
         """Resolves a nested call and checks its input contract.
@@ -234,17 +299,39 @@ class RunCatalog:
         return entry.source == "host" and text == entry.id and entry.replay_safe and not entry.side_effecting
 
 
-async def prepare_guest_data(view: CatalogView, cpu: CpuPool, size: int) -> GuestData:
-    """Builds a view's namespace and guest catalog JSON in a worker process (SPEC §8.5, §8.6).
+def _utf8_json(value: Any) -> bytes:
+    """JSON as the run store writes it (``runs._codec``): compact, non-ASCII kept, lone surrogates passed."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
-    ``size`` estimates the catalog's registered text in characters (it picks the lane).
+
+def _start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]) -> tuple[McpNamespace, bytes, Any, bytes, int]:
+    """Worker side of :func:`prepare_view`: namespace, ``Start`` catalog part, search model, stored entries."""
+    namespace, catalog_json = guest_data([e for e in entries if e.source == "mcp"], all_tools, convenience)
+    model = search_model([e for e in entries if e.source != "mcp"])
+    return namespace, start_catalog_part(catalog_json), model, _utf8_json([entry_state(e) for e in entries]), len(catalog_json.encode("utf-8"))
+
+
+def _portable(entry: CatalogEntry) -> CatalogEntry:
+    """The entry without its compiled validators, for a worker process (they are not needed there)."""
+    return dataclasses.replace(entry, input_validator=None, output_validator=None)
+
+
+async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPool, size: int) -> PreparedView:
+    """Builds a view's namespace and ``Start`` catalog part in a worker process (SPEC §8.5, §8.6, §2.3).
+
+    Args:
+        view: The catalog view just registered.
+        schema_texts: The compact JSON of its entries' schemas (from ``registration_problem``).
+        cpu: The worker pool.
+        size: Estimates the catalog's registered text in characters (it picks the lane).
 
     Raises:
         WorkBudgetExceeded: It took longer than the registration budget.
         WorkerFailed: The worker died.
     """
-    mcp = [entry for entry in view.entries if entry.source == "mcp"]
-    return await cpu.run(guest_data, mcp, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+    entries = [_portable(entry) for entry in view.entries]
+    namespace, part, model, entries_json, catalog_bytes = await cpu.run(_start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+    return PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
 
 
 class ScopeCatalog:
@@ -253,25 +340,37 @@ class ScopeCatalog:
     def __init__(self, config: CodeModeConfig) -> None:
         self.catalog = Catalog()
         self._config = config
-        self._prepared: tuple[CatalogView, GuestData] | None = None
+        self._prepared: PreparedView | None = None
         #: Characters of registered text behind the current view (picks the worker lane).
         self.prepared_size = 0
         self.schema_texts: SchemaTexts = {}
         """Compact JSON of each entry's schemas, written in the worker at registration (``_catalog_message``)."""
 
-    def set_prepared(self, view: CatalogView, prepared: GuestData, size: int = 0) -> None:
-        """Keeps the worker-built guest data of ``view`` (the catalog's current view)."""
-        self._prepared = (view, prepared)
+    def set_prepared(self, prepared: PreparedView, size: int = 0) -> None:
+        """Keeps what a worker built for ``prepared.view`` while that is still the catalog's current view."""
+        if prepared.view is not self.catalog.view:
+            return  # a later registration of this scope finished first
+        prepared.view.adopt_search_model(prepared.search_model)
+        self._prepared = prepared
         self.prepared_size = size
 
     def view(self) -> RunCatalog:
-        """A frozen view for a new run."""
+        """A frozen view for a new run, with what was prepared for exactly this view (else none)."""
         view = self.catalog.view
-        prepared = self._prepared[1] if self._prepared is not None and self._prepared[0] is view else None
+        prepared = self._prepared if self._prepared is not None and self._prepared.view is view else None
         return RunCatalog(view, self._config, prepared)
 
     def restore_view(self, state: dict[str, Any]) -> RunCatalog:
-        """A stored run's view, counting in this session when it is the run's own."""
+        """A stored run's view, counting in this session when it is the run's own.
+
+        A run parked from this scope's current preparation (its document names the
+        preparation's random ``catalogVersion``) gets that exact view and preparation back, so
+        its legs do not rebuild megabytes of ``Start`` catalog, describe texts or search index
+        on the event loop (SPEC §2.3); any other run is restored from its document.
+        """
+        prepared = self._prepared
+        if prepared is not None and state.get("catalogVersion") == prepared.version:
+            return RunCatalog(prepared.view, self._config, prepared)
         live = self.catalog.counters
         return RunCatalog.from_state(state, self._config, live if live.counter_scope == state["view"]["counterScope"] else None)
 

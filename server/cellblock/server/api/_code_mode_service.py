@@ -18,7 +18,7 @@ from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
 from cellblock.server.api._stream_ports import StreamPorts
 from cellblock.server.limits import MAX_SCOPE_ID_CHARS
-from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Run, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, compact_json
+from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Run, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, compact_json, result_json
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
@@ -57,7 +57,7 @@ def _overrides(msg: pb.LimitOverrides) -> dict[str, int]:
     return {camel: getattr(msg, field) for field, camel in names.items() if msg.HasField(field)}  # type: ignore[arg-type]
 
 
-def _result_message(report: LegReport) -> pb.Result:
+async def _result_message(report: LegReport) -> pb.Result:
     run = report.run
     metadata = pb.RunMetadata(cell_id=report.cell_id)
     if run is not None:
@@ -65,7 +65,7 @@ def _result_message(report: LegReport) -> pb.Result:
         metadata.leg_count = run.legs
         metadata.snapshot_bytes = run.snapshot_bytes
     return pb.Result(
-        result_json=compact_json(report.result),
+        result_json=await result_json(report.result),
         status=_STATUS[report.status],
         code=_CODES[report.code],
         run_id=report.run_id,
@@ -226,7 +226,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
             if kind == "wait" and report.code is ErrorCode.ABORTED and self._state.registry is not None and self._state.registry.stopping:
                 # Not the caller's abort: the run stays resumable; the runtime waits on it again elsewhere.
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "cellblock is shutting down; wait on the run again (on another replica, or after the restart)")
-            yield response_type(result=_result_message(report))
+            yield response_type(result=await _result_message(report))
             annotate_rpc(kind, report)
             _log_completed(bound, report, started)
         finally:

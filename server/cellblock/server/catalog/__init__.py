@@ -25,12 +25,14 @@ from ._contracts import check_input_contract, check_output_contract
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
-from ._offload import GuestData, SchemaTexts, guest_data, registration_problem
-from ._persist import view_from_state, view_state
+from ._offload import SCHEMA_FIELDS, GuestData, SchemaTexts, guest_data, registration_problem
+from ._persist import entry_state, view_from_state, view_state
+from ._search import search_model
 from ._surface import exec_description, tool_surface
 from ._text import compact_json, js_trim
 
 __all__ = [
+    "SCHEMA_FIELDS",
     "BridgeReplyError",
     "Catalog",
     "CatalogCounters",
@@ -44,10 +46,12 @@ __all__ = [
     "check_input_contract",
     "check_output_contract",
     "compact_json",
+    "entry_state",
     "exec_description",
     "guest_data",
     "js_trim",
     "registration_problem",
+    "search_model",
     "SchemaTexts",
     "tool_surface",
     "view_from_state",

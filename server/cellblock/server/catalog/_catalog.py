@@ -182,6 +182,16 @@ class CatalogView:
     def _search_index(self) -> SearchIndex:
         return SearchIndex(self._guest)
 
+    def adopt_search_model(self, model: Any) -> None:
+        """Serves ``tools.search`` with ``model``, :func:`search_model` of :attr:`guest_entries` built elsewhere.
+
+        The service builds it in a worker process at registration: tokenizing megabytes of
+        descriptions held the event loop for hundreds of ms at the view's first search (SPEC
+        §2.3 "loop hold"). Does nothing once the view has searched.
+        """
+        if "_search_index" not in self.__dict__:
+            self.__dict__["_search_index"] = SearchIndex(self._guest, model)
+
     @cached_property
     def _lookup(self) -> GuestLookup:
         return GuestLookup(self._guest)
@@ -221,8 +231,18 @@ class CatalogView:
         Raises:
             BridgeReplyError: [B04] (input provenance), [B06] or [B07].
         """
+        return self.describe_entry(text).describe()
+
+    def describe_entry(self, text: object) -> CatalogEntry:
+        """Resolves ``tools.describe(id)``'s entry and counts the request (SPEC §8.3 item 2).
+
+        The caller answers with :meth:`CatalogEntry.describe_json`.
+
+        Raises:
+            BridgeReplyError: [B04] (input provenance), [B06] or [B07].
+        """
         self._counters.count_describe()
-        return self._lookup.resolve(text, "tools.describe").describe()
+        return self._lookup.resolve(text, "tools.describe")
 
     def resolve(self, text: object, helper: Helper = "tools.call") -> CatalogEntry:
         """Resolves an id text in the guest view, without counting (SPEC §7.6).

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from ._text import deep_copy
+from ._text import compact_json, deep_copy
 
 if TYPE_CHECKING:
     from jsonschema.protocols import Validator
@@ -99,3 +99,21 @@ class CatalogEntry:
         if self.source == "host" and self.output_schema is not None:
             described["outputSchema"] = deep_copy(self.output_schema)
         return described
+
+    def describe_json(self, schema_texts: tuple[str, str] | None = None) -> str:
+        """Returns the compact JSON of :meth:`describe`.
+
+        Args:
+            schema_texts: The compact JSON of this entry's ``parameters`` and ``outputSchema``
+                (``""`` when absent), written in a worker process at registration
+                (``registration_problem``); the answer is then put together from them without
+                serializing megabytes of schema again on the event loop (SPEC §2.3 "loop
+                hold"). ``None`` serializes :meth:`describe`.
+        """
+        if schema_texts is None:
+            return compact_json(self.describe())
+        parts = [compact_json(self.compact())[:-1], ',"parameters":', schema_texts[0] or "{}"]
+        if self.source == "host" and self.output_schema is not None:
+            parts += [',"outputSchema":', schema_texts[1]]
+        parts.append("}")
+        return "".join(parts)

@@ -22,7 +22,7 @@ from ._entries import CatalogEntry
 from ._errors import BridgeReplyError
 from ._text import js_trim
 
-__all__ = ["SearchIndex", "document_tokens", "search_limit", "tokenize"]
+__all__ = ["SearchIndex", "document_tokens", "search_limit", "search_model", "tokenize"]
 
 
 def _is_word_char(ch: str) -> bool:
@@ -115,21 +115,39 @@ def search_limit(options: object, default_limit: int, max_limit: int) -> int:
     return min(int(limit), max_limit)
 
 
+def search_model(guest: Sequence[CatalogEntry]) -> Any:
+    """The BM25 model of a guest view's search documents, or ``None`` when they have no tokens.
+
+    Tokenizing costs about 80 ms per MB of descriptions, so the service builds the model in a
+    worker process at registration and hands it to the view (SPEC §2.3 "loop hold"); it pickles.
+
+    Args:
+        guest: The guest-view entries, in id order (the model scores them by position).
+    """
+    documents = [document_tokens(entry) for entry in guest]
+    if not any(documents):
+        return None
+    model = bm25s.BM25(method="lucene", k1=BM25_K1, b=BM25_B, dtype="float64")
+    model.index(documents, show_progress=False)
+    return model
+
+
+_BUILD = object()
+
+
 class SearchIndex:
     """A BM25 index over one guest view; immutable once built."""
 
-    def __init__(self, guest: Sequence[CatalogEntry]) -> None:
+    def __init__(self, guest: Sequence[CatalogEntry], model: Any = _BUILD) -> None:
         """Builds the index.
 
         Args:
             guest: The guest-view entries, in id order.
+            model: :func:`search_model` of exactly these entries, built elsewhere (a worker
+                process); by default it is built here.
         """
         self._guest = tuple(guest)
-        documents = [document_tokens(entry) for entry in self._guest]
-        self._model: Any = None
-        if any(documents):
-            self._model = bm25s.BM25(method="lucene", k1=BM25_K1, b=BM25_B, dtype="float64")
-            self._model.index(documents, show_progress=False)
+        self._model: Any = search_model(self._guest) if model is _BUILD else model
 
     def rank(self, query: str) -> list[CatalogEntry]:
         """Returns every result of ``query`` in rank order, before the limit is applied.

@@ -33,7 +33,6 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
-from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.server.config import MAX_BRIDGE_MESSAGE_BYTES
 from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S, WARM_PING_INTERVAL_MS, WARM_PING_TIMEOUT_MS
 
@@ -76,7 +75,22 @@ _TCP_OPTIONS = [
 ]
 
 
-class _Servicer(pb_grpc.BridgeServiceServicer):
+def _serialize(message: pb.AttachResponse | bytes) -> bytes:
+    """A host message's wire form; ``bytes`` are one already serialized (:meth:`CellBridge.send`)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def _add_servicer(servicer: _Servicer, server: grpc.aio.Server) -> None:
+    """Registers ``servicer`` like the generated ``add_BridgeServiceServicer_to_server``, with :func:`_serialize`."""
+    handlers = {"Attach": grpc.stream_stream_rpc_method_handler(servicer.Attach, request_deserializer=pb.AttachRequest.FromString, response_serializer=_serialize)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+    server.add_registered_method_handlers(_SERVICE, handlers)
+
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["BridgeService"].full_name
+
+
+class _Servicer:
     """Authenticates each ``Attach`` by its first message and pumps it into the cell's bridge."""
 
     def __init__(self, resolve: Callable[[str], CellBridge | None], *, hello_timeout_s: float | None) -> None:
@@ -85,7 +99,7 @@ class _Servicer(pb_grpc.BridgeServiceServicer):
 
     async def Attach(  # noqa: N802 - gRPC method name
         self, request_iterator: AsyncIterator[pb.AttachRequest], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.AttachResponse]:
+    ) -> AsyncIterator[pb.AttachResponse | bytes]:
         iterator = request_iterator.__aiter__()
         try:
             first = await asyncio.wait_for(iterator.__anext__(), timeout=self._hello_timeout_s)
@@ -138,7 +152,7 @@ class CellBridge:
             transport; mount it into the cell, and nothing else); ``""`` on TCP.
         token: The one-time cell token (64 hex digits) to pass to the cell.
         inbox: Guest messages in arrival order; ``None`` marks the stream's end.
-        outbox: Host messages to send; ``None`` closes the stream.
+        outbox: Host messages to send (a message, or its serialized bytes); ``None`` closes the stream.
         attached: Set once the cell authenticated.
         max_message_bytes: The largest message read from the cell (unix transport; a longer
             one ends the cell's stream unread, SPEC §2.3).
@@ -154,7 +168,7 @@ class CellBridge:
         self.token_used = False
         self.engine_build_id = ""
         self.inbox: asyncio.Queue[pb.AttachRequest | None] = asyncio.Queue()
-        self.outbox: asyncio.Queue[pb.AttachResponse | None] = asyncio.Queue()
+        self.outbox: asyncio.Queue[pb.AttachResponse | bytes | None] = asyncio.Queue()
         self.attached = asyncio.Event()
         self._socket_uid = socket_uid
         self._server: grpc.aio.Server | None = None
@@ -217,7 +231,7 @@ class CellBridge:
 
     async def _start(self) -> None:
         server = grpc.aio.server(options=_message_options(self.max_message_bytes) + (_PING_OPTIONS if self.ping else []))
-        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda _token: self, hello_timeout_s=None), server)
+        _add_servicer(_Servicer(lambda _token: self, hello_timeout_s=None), server)
         server.add_insecure_port(f"unix:{self.socket_path}")
         await server.start()
         self._server = server
@@ -227,8 +241,13 @@ class CellBridge:
         os.chown(self.socket_path, self._socket_uid, self._socket_uid)
         os.chmod(self.socket_path, 0o600)
 
-    def send(self, msg: pb.AttachResponse) -> None:
-        """Queues a message for the cell."""
+    def send(self, msg: pb.AttachResponse | bytes) -> None:
+        """Queues a message for the cell: an ``AttachResponse`` or its serialized bytes.
+
+        Bytes go out as they are: a leg's ``Start`` carries megabytes of catalog serialized
+        once per catalog version (``runs.start_message``), not again on the event loop for
+        every leg (SPEC §2.3 "loop hold").
+        """
         self.outbox.put_nowait(msg)
 
     def recycle(self) -> None:
@@ -328,7 +347,7 @@ class BridgeListener:
 
     async def _start(self) -> None:
         server = grpc.aio.server(options=_TCP_OPTIONS)
-        pb_grpc.add_BridgeServiceServicer_to_server(_Servicer(lambda token: self._bridges.get(_token_key(token)), hello_timeout_s=BRIDGE_HELLO_TIMEOUT_S), server)
+        _add_servicer(_Servicer(lambda token: self._bridges.get(_token_key(token)), hello_timeout_s=BRIDGE_HELLO_TIMEOUT_S), server)
         try:
             if self._tls is not None:
                 self.port = server.add_secure_port(self._bind, self._tls.server_credentials())

@@ -6,7 +6,8 @@ leg's one port and the run's catalog port), ``_policy`` (what the host does with
 bridge request), ``_settle`` (the one settle loop: timers, held-call dispatch, abandon),
 ``_leg`` (one cell driven by that loop), ``_guest_failure`` (a guest's failure to a
 SPEC §11 outcome), ``_runner`` (exec and wait flows), ``_registry`` (this process's runs
-over the run store), ``_codec`` (a parked run as a store document), ``_output`` (the host's
+over the run store), ``_codec`` (a parked run as a store document), ``_start`` (a leg's
+``Start`` with its catalog serialized once per catalog version), ``_output`` (the host's
 output budget, SPEC §9) and ``_result`` (result objects, §10.5). Argument checks and
 source preparation are ``cellblock.server.source``.
 """
@@ -40,8 +41,9 @@ from cellblock.server.runs._protocol import (
     ToolOutcome,
 )
 from cellblock.server.runs._registry import RunRegistry, RunSummary
-from cellblock.server.runs._result import completed_result, failed_result, make_telemetry, waiting_result
+from cellblock.server.runs._result import completed_result, failed_result, make_telemetry, result_json, waiting_result
 from cellblock.server.runs._runner import LegReport, Runner, Telemetry
+from cellblock.server.runs._start import start_catalog_part
 from cellblock.server.runs._state import PendingRequest, Run
 
 __all__ = [
@@ -85,5 +87,7 @@ __all__ = [
     "normalize_json",
     "record_tool_outcome",
     "reply_inbox_bytes",
+    "result_json",
+    "start_catalog_part",
     "waiting_result",
 ]

@@ -33,6 +33,7 @@ from cellblock.server.runs._policy import Next, admit_request, dispatchable, pro
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
 from cellblock.server.runs._snapshot_in import SnapshotIn
+from cellblock.server.runs._start import start_message
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace
 
@@ -210,13 +211,13 @@ class Leg(LegEnding):
                 output_spent_bytes=run.budget.spent,
                 output_closed=run.budget.closed,
             ),
-            catalog_json=run.view.guest_catalog_json(),
             bridge_counters=run.bridge_counters,
             snapshot_bytes=len(snapshot) if snapshot is not None else 0,
             # Only a restart-safe run's leg decides on the guest's idles (_on_idle).
             idle_unneeded=not run.restart_safe,
         )
-        self._bridge.send(bpb.AttachResponse(start=start))
+        # The catalog's megabytes were serialized once per catalog version, off the loop.
+        self._bridge.send(start_message(run.view.start_catalog_part(), start))
         if snapshot is not None:
             self.trace.restoring(len(snapshot))
             for i in range(0, len(snapshot), _CHUNK):

@@ -202,13 +202,15 @@ def process_request(run: Run, p: PendingRequest, now: float) -> Next:
         count(run, p.method)
         try:
             if p.method is BridgeMethod.SEARCH:
-                value: object = run.view.search(args[0] if args else None, args[1] if len(args) > 1 else None)
+                text = compact_json(run.view.search(args[0] if args else None, args[1] if len(args) > 1 else None))
             else:
-                value = run.view.describe(args[0] if args else None)
+                # Megabytes for a large schema: the view answers with text it built from the
+                # schema texts the worker wrote at registration (SPEC §2.3 "loop hold").
+                text = run.view.describe_json(args[0] if args else None)
         except BridgeReplyError as exc:
             _reject_reply(run, p, exc, now)
             return Next.SETTLED
-        p.result = Settlement.value(compact_json(value))
+        p.result = Settlement.value(text)
         p.settled_at = now
         return Next.SETTLED
     if p.method is BridgeMethod.TIMER:

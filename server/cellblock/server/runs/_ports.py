@@ -35,14 +35,17 @@ class CatalogPort(Protocol):
     def guest_catalog(self) -> dict[str, Any]:
         """The data the cell installs: ``allTools``, ``convenience``, ``mcp``, ``apiFiles``."""
 
-    def guest_catalog_json(self) -> str:
-        """The compact JSON of :meth:`guest_catalog` (prebuilt in a worker process when it can be)."""
+    def start_catalog_part(self) -> bytes:
+        """The serialized ``Start`` catalog part of :meth:`guest_catalog` (``runs.start_catalog_part``).
+
+        Built once per catalog version, in a worker process when it can be (SPEC §2.3).
+        """
 
     def search(self, query: object, options: object) -> list[dict[str, Any]]:
         """Answers ``tools.search`` (SPEC §7.5)."""
 
-    def describe(self, tool_id: object) -> dict[str, Any]:
-        """Answers ``tools.describe`` (SPEC §8.3 item 2)."""
+    def describe_json(self, tool_id: object) -> str:
+        """Answers ``tools.describe`` (SPEC §8.3 item 2) with the compact JSON of the described entry."""
 
     def resolve_call(self, method: str, args: list[object]) -> ResolvedCall:
         """Resolves a nested call and checks its input contract (SPEC §7.6, §8.4, §8.5 item 7)."""
@@ -55,6 +58,9 @@ class CatalogPort(Protocol):
 
     def to_state(self) -> dict[str, Any]:
         """The view and its catalog session as a JSON document for the run store (SPEC §10.7 item 2)."""
+
+    def state_bytes(self) -> bytes:
+        """:meth:`to_state` as UTF-8 JSON (written off the loop once per catalog version when it can be)."""
 
     def entry(self, entry_id: str) -> CatalogEntry | None:
         """The view's entry with this exact id (a stored run's resolved calls name it)."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from cellblock.server.runs._output import compact_json
 from cellblock.server.runs._protocol import BridgeMethod, ErrorCode, FailurePhase
 
 ERROR_CODES = frozenset(code.value for code in ErrorCode)
@@ -212,3 +214,35 @@ def input_failed_result(
         replay_safe=replay_safe,
         telemetry=telemetry,
     )
+
+
+#: Characters of output entries serialized between two turns of the event loop (:func:`result_json`).
+RESULT_JSON_SLICE_CHARS = 512 * 1024
+
+
+async def result_json(result: Mapping[str, Any]) -> str:
+    """The compact JSON of a result, its ``output`` entries written a slice at a time (SPEC §2.3 "loop hold").
+
+    A leg's output reaches ``maxOutputBytes`` (megabytes of entries); serializing it in one
+    call held the shared event loop for 30-60 ms. Entries are written one by one, and the
+    loop runs other callbacks after every :data:`RESULT_JSON_SLICE_CHARS` characters; the
+    text equals ``compact_json(result)``, keys in the result's order.
+
+    Raises:
+        NotSerializableError: A value cannot be serialized.
+    """
+    parts = []
+    for key, value in result.items():
+        if key != "output":
+            parts.append(compact_json({key: value})[1:-1])
+            continue
+        texts, since_turn = [], 0
+        for entry in value:
+            text = compact_json(entry)
+            texts.append(text)
+            since_turn += len(text)
+            if since_turn >= RESULT_JSON_SLICE_CHARS:
+                await asyncio.sleep(0)
+                since_turn = 0
+        parts.append(f'{compact_json(key)}:[{",".join(texts)}]')
+    return "{" + ",".join(parts) + "}"
