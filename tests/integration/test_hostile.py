@@ -330,8 +330,9 @@ async def test_twenty_hostile_programs_at_once_leave_the_service_healthy(client:
     statuses = [f"{type(r).__name__}: {r}" if isinstance(r, Exception) else r.status for r in results]
     refused = [s for s in statuses if s.startswith("ResourceExhaustedError")]
     assert [s for s in statuses if s not in ("failed", "completed") and s not in refused] == [], statuses
-    # Admission control runs at most 16 legs at once and refuses the rest clearly.
-    assert len(refused) <= 4 and all("too many legs are running on this instance (limit 16); retry shortly" in s for s in refused)
+    # Admission control runs at most 16 legs at once, 12 of them of one scope, and refuses the rest clearly.
+    per_scope = "this scope already has 12 legs running, its most on this instance (of 16 legs in all); retry when one ends"
+    assert len(refused) <= 8 and all("too many legs are running on this instance (limit 16); retry shortly" in s or per_scope in s for s in refused)
     started = time.monotonic()
     await _still_serves(client, scope)
     assert time.monotonic() - started < 2.0

@@ -95,6 +95,8 @@ async def echo(tool_input: Any, call: Any) -> Any:
 async def test_a_fault_at_each_step_releases_everything(client: CellblockClient, scope: Scope, service: Any, socket_dir: str, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
     _, target, attribute, replacement, program = next(s for s in STEPS if s[0] == step)
     await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
+    # Earlier tests' cells may still be in the reaper's hands: the baseline is taken once they are gone.
+    await service.executor.reaper.drain()
     baseline = await _settled(service, socket_dir, await _counts(service, socket_dir))
     with monkeypatch.context() as patch:
         patch.setattr(target, attribute, replacement)

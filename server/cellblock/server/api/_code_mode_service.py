@@ -168,8 +168,9 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
         catalog = self._state.catalogs.get(scope)
         if kind == "exec" and catalog is None:
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this scope has no catalog; register one with CatalogService.PutCatalog first")
-        if not self._state.admission.try_acquire():
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"too many legs are running on this instance (limit {self._state.admission.limit}); retry shortly")
+        refused = self._state.admission.try_acquire(scope)
+        if refused is not None:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refused)
         outbox: asyncio.Queue[Message | None] = asyncio.Queue()
         ports = StreamPorts(response_type, outbox, hosted=self._state.mcp_hub, settle=self._state.settle_hosted)
         # An exec's run keeps the catalog view of its start (SPEC §3.2 item 6); a wait's run has its own.
@@ -231,7 +232,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
             _log_completed(bound, report, started)
         finally:
             self._state.active_legs.pop(id(leg), None)
-            self._state.admission.release()
+            self._state.admission.release(scope)
             reader.cancel()
             if not leg.done():
                 # Transport cancellation: abort the leg and let it clean up.

@@ -12,7 +12,11 @@ from cellblock.server.runs import CancelReason, make_telemetry
 
 
 class Admission:
-    """Bounds the legs running at once; refused legs get RESOURCE_EXHAUSTED.
+    """Bounds the legs running at once, in all and per scope; refused legs get RESOURCE_EXHAUSTED (SPEC §3.1 item 2).
+
+    One scope may hold at most :attr:`per_scope` of the slots (``limit - limit // 4``), so a
+    quarter of them always stays for the other scopes: one tenant's burst of legs cannot
+    refuse every other tenant's.
 
     Args:
         limit: Most concurrent legs (each holds one cell while it runs).
@@ -20,18 +24,31 @@ class Admission:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
+        self.per_scope = max(1, limit - limit // 4)
         self.running = 0
+        self._by_scope: dict[tuple[str, str], int] = {}
 
-    def try_acquire(self) -> bool:
-        """Takes a leg slot if one is free."""
+    def try_acquire(self, scope: tuple[str, str]) -> str | None:
+        """Takes a leg slot for ``scope`` if one is free for it.
+
+        Returns:
+            ``None`` when the slot is taken, else the refusal's message.
+        """
         if self.running >= self.limit:
-            return False
+            return f"too many legs are running on this instance (limit {self.limit}); retry shortly"
+        held = self._by_scope.get(scope, 0)
+        if held >= self.per_scope:
+            return f"this scope already has {held} legs running, its most on this instance (of {self.limit} legs in all); retry when one ends"
         self.running += 1
-        return True
+        self._by_scope[scope] = held + 1
+        return None
 
-    def release(self) -> None:
-        """Returns a leg slot."""
+    def release(self, scope: tuple[str, str]) -> None:
+        """Returns a leg slot of ``scope``."""
         self.running = max(0, self.running - 1)
+        held = self._by_scope.pop(scope, 0) - 1
+        if held > 0:
+            self._by_scope[scope] = held
 
 
 @dataclass
