@@ -251,3 +251,13 @@ async def test_a_cell_kept_from_a_run_with_smaller_bridge_limits_is_not_handed_a
     big = await _exec(rclient, scope, code, handlers={"echo": echo}, limits=LimitOverrides(memory_limit_bytes=memory))
     assert (big.status, big.value) == ("completed", 3 * 1024 * 1024), big.raw_json
     assert big.metadata.cell_id != cell
+
+
+async def test_a_kept_cell_paused_while_idle_is_never_handed_out(rclient: CellblockClient, reuse: Service, docker_client: docker.DockerClient) -> None:
+    scope = await _scope(rclient)
+    cell = await _kept_cell(rclient, scope, reuse)
+    docker_client.containers.get(f"cellblock-{cell}").pause()
+    second = await _exec(rclient, scope, "return 'fresh'", limits=LimitOverrides(timeout_ms=3000))
+    assert (second.status, second.value) == ("completed", "fresh"), second.raw_json
+    assert second.metadata.cell_id != cell
+    await _destroyed(reuse, docker_client, cell)

@@ -180,3 +180,34 @@ async def test_a_fresh_cell_paused_before_it_attached_failed_to_start_not_busy(m
     assert elapsed < 20, elapsed  # the cell wait (3 s) bounds it, plus one engine state check
     for name in paused:
         assert await _removed(docker_client, name), f"the paused cell {name} was kept"
+
+
+async def test_a_pool_hit_asks_the_engine_nothing_yet_a_pause_is_seen(make_service: Any, docker_client: docker.DockerClient) -> None:
+    svc = await make_service(warm_pool=1, cell_wait_ms=20000)
+    assert svc.pool is not None
+    containers = await _ready_pooled(svc, docker_client)
+    cells = {w.cell.cell_id: w.cell for w in svc.pool._ready}  # noqa: SLF001 - the ready cells themselves
+    engine_calls: list[Any] = []
+    real_run_blocking = svc.executor.run_blocking  # type: ignore[attr-defined]
+
+    async def counted(fn: Any, **kw: Any) -> Any:
+        engine_calls.append(fn)
+        return await real_run_blocking(fn, **kw)
+
+    svc.executor.run_blocking = counted  # type: ignore[attr-defined]
+    assert all([await cell.alive() for cell in cells.values()])
+    assert engine_calls == [], "the engine's event stream vouches for a pooled cell: no inspect per pool hit"
+    for container in containers:
+        container.pause()
+    deadline = time.monotonic() + 10
+    while any([await cell.alive() for cell in cells.values()]) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not any([await cell.alive() for cell in cells.values()]), "a paused cell is never vouched for"
+    # With the event stream gone, liveness asks the engine again (fail closed), which sees the pause too.
+    svc.executor.events.close()  # type: ignore[attr-defined]
+    engine_calls.clear()
+    assert not any([await cell.alive() for cell in cells.values()])
+    assert len(engine_calls) == len(cells)
+    for container in containers:
+        container.unpause()
+    assert all([await cell.alive() for cell in cells.values()]), "the engine's own answer, once the stream is gone"

@@ -38,6 +38,17 @@ RATE_WINDOW_S = 10.0
 MAX_STARTING = 2
 
 
+async def still_serves(cell: Cell, bridge: CellBridge) -> bool:
+    """Whether a cell waiting for its next leg (pooled or kept) may be handed one.
+
+    Its bridge stream has not ended (the agent is gone, or hung: a warm cell's
+    bridge ends its stream when a ping goes unanswered) and holds no message
+    from an idle agent, and the cell still runs unpaused (:meth:`Cell.alive`:
+    for Docker cells the engine's event stream, else the engine itself).
+    """
+    return not bridge.inbox.qsize() and await cell.alive()
+
+
 @dataclass
 class WarmCell:
     """A ready cell and its attached bridge."""
@@ -146,7 +157,7 @@ class WarmPool:
             warm = self.acquire(memory_limit_bytes)
             if warm is None:
                 return None
-            if warm.bridge.attached.is_set() and not warm.bridge.inbox.qsize() and await warm.cell.alive():
+            if warm.bridge.attached.is_set() and await still_serves(warm.cell, warm.bridge):
                 return warm
             log.warning("pool.cell_dead", cell_id=warm.cell.cell_id)
             self.hits -= 1

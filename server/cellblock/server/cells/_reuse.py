@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from cellblock.server.cells._pool import still_serves
+
 if TYPE_CHECKING:
     from cellblock.server.cells._base import Cell
     from cellblock.server.cells._bridge import CellBridge
@@ -101,7 +103,7 @@ class ScopeCells:
         """Records a fresh (or pooled) cell at the start of its first leg for ``scope``."""
         return ScopeCell(scope, cell, bridge, memory_limit_bytes, legs=1, epoch=self._ended.get(scope, 0))
 
-    def take(self, scope: Scope, memory_limit_bytes: int, bridge_message_bytes: int = 0) -> ScopeCell | None:
+    async def take(self, scope: Scope, memory_limit_bytes: int, bridge_message_bytes: int = 0) -> ScopeCell | None:
         """The scope's idle cell for a new leg, or ``None``.
 
         Only a live cell of this very scope and engine limit, within its age
@@ -109,8 +111,24 @@ class ScopeCells:
         send (``bridge_message_bytes``: a cell first started for a run with a
         smaller output or snapshot limit reads less), is handed out (it counts
         the new leg at once); cells of another limit stay for legs of theirs,
-        exited or too old ones are destroyed.
+        exited or too old ones are destroyed. "Live" is the warm pool's check
+        (:func:`still_serves`): a kept cell that was paused, signalled or lost
+        its bridge stream while idle is destroyed, never handed out.
         """
+        while True:
+            chosen = self._pick(scope, memory_limit_bytes, bridge_message_bytes)
+            if chosen is None or await still_serves(chosen.cell, chosen.bridge):
+                break
+            log.warning("cell.kept_dead", cell_id=chosen.cell.cell_id)
+            self._destroy(chosen, "dead")
+        if chosen is not None:
+            chosen.legs += 1
+            chosen.epoch = self._ended.get(scope, 0)
+            self.reused += 1
+        return chosen
+
+    def _pick(self, scope: Scope, memory_limit_bytes: int, bridge_message_bytes: int) -> ScopeCell | None:
+        """Takes the scope's first fitting idle cell out of the idle set (no await: no other leg can take it too)."""
         cells = self._idle.get(scope, [])
         now = time.monotonic()
         chosen = None
@@ -124,9 +142,6 @@ class ScopeCells:
         if chosen is not None:
             cells.remove(chosen)
             self._cancel_idle(chosen)
-            chosen.legs += 1
-            chosen.epoch = self._ended.get(scope, 0)
-            self.reused += 1
         if not cells:
             self._idle.pop(scope, None)
         return chosen

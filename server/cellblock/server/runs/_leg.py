@@ -126,7 +126,7 @@ class Leg(LegEnding):
         # The scope's kept cell (cell reuse), else a warm cell (started and attached ahead
         # of time, still alive) of this size, else a fresh cell.
         scope = (run.session_id, run.agent_run_id)
-        self._kept = self.scope_cells.take(scope, run.limits.memory_limit_bytes, run.limits.bridge_message_bytes) if self.scope_cells is not None else None
+        self._kept = await self.scope_cells.take(scope, run.limits.memory_limit_bytes, run.limits.bridge_message_bytes) if self.scope_cells is not None else None
         warm = await self.pool.take(run.limits.memory_limit_bytes) if self.pool is not None and self._kept is None else None
         ready = self._kept or warm
         cell_id = ready.cell.cell_id if ready is not None else "cell_" + secrets.token_hex(8)
