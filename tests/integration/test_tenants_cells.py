@@ -93,7 +93,10 @@ async def _ready_pooled(svc: Service, docker_client: docker.DockerClient) -> lis
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         names = svc.pool.idle_container_names()
-        containers = [docker_client.containers.get(n) for n in names]
+        try:
+            containers = [docker_client.containers.get(n) for n in names]
+        except docker.errors.NotFound:  # a cell the pool owns whose container is still being created
+            containers = []
         if containers and all(c.status == "running" for c in containers) and len(svc.pool._ready) == len(names):  # noqa: SLF001 - "ready", not "starting"
             return containers
         await asyncio.sleep(0.2)

@@ -28,6 +28,8 @@ from cellblock.server.limits import CELL_STATE_CHECK_S
 #: Threads for Docker API calls, and for cells' exit waiters (one per live cell).
 API_THREADS = 8
 WAIT_THREADS = 256
+#: Seconds the service's start waits for the engine's event stream (then liveness asks the engine).
+EVENTS_SUBSCRIBE_S = 2.0
 #: Where the cell's socket directory is mounted inside the container.
 CELL_BRIDGE_MOUNT = "/run/cellblock"
 CELL_LABEL = "io.cellblock.cell"
@@ -318,7 +320,8 @@ class DockerExecutor(Executor):
         return cell
 
     def _remove_orphans_sync(self) -> int:
-        self.events.start()
+        # At the service's start: the pool's first cells are followed by the event stream too.
+        self.events.start(wait_s=EVENTS_SUBSCRIBE_S)
         found = self._docker().containers.list(all=True, sparse=True, filters={"label": f"{INSTANCE_LABEL}={self.instance_id}"})
         for container in found:
             with contextlib.suppress(docker.errors.NotFound):

@@ -58,15 +58,24 @@ class EngineEvents:
         self._lock = threading.Lock()
         self._stream: Any = None
         self._closed = threading.Event()
+        #: Set once the stream was first subscribed.
+        self._first = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        """Starts following the stream (idempotent); vouches for nothing until subscribed."""
+    def start(self, wait_s: float = 0.0) -> None:
+        """Starts following the stream (idempotent); vouches for nothing until subscribed.
+
+        Args:
+            wait_s: Seconds to block until the first subscription (0: return at once).
+                Cells created before it are never vouched for, so the service's start
+                waits for it (blocking: call from a worker thread).
+        """
         with self._lock:
-            if self._thread is not None or self._closed.is_set():
-                return
-            self._thread = threading.Thread(target=self._follow, name="cellblock-docker-events", daemon=True)
-            self._thread.start()
+            if self._thread is None and not self._closed.is_set():
+                self._thread = threading.Thread(target=self._follow, name="cellblock-docker-events", daemon=True)
+                self._thread.start()
+        if wait_s > 0:
+            self._first.wait(wait_s)
 
     def register(self, cell_id: str) -> int:
         """Records a cell about to be created; call before the engine creates it.
@@ -105,6 +114,7 @@ class EngineEvents:
                 self.generation += 1
                 self._subscribed = True
                 self._clean.clear()
+            self._first.set()
             try:
                 for event in stream:
                     self._seen(event)
