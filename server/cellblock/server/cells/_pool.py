@@ -36,10 +36,6 @@ RATE_WINDOW_S = 10.0
 #: Most cells the pool starts at once: it grows step by step, so a burst
 #: never doubles the engine's container churn on top of the legs' own starts.
 MAX_STARTING = 2
-#: Seconds a hit waits before its refill starts while another cell is still
-#: ready: a container start and its agent's start-up take CPU the leg that just
-#: took its cell would otherwise share (most pool-hit legs end within this).
-REFILL_DELAY_S = 0.15
 
 
 async def still_serves(cell: Cell, bridge: CellBridge) -> bool:
@@ -123,10 +119,7 @@ class WarmPool:
             if now - warm.ready_at < MAX_IDLE_S and not warm.bridge.inbox.qsize():
                 self._owned.discard(warm.cell.cell_id)
                 self.hits += 1
-                if self._ready:
-                    asyncio.get_running_loop().call_later(REFILL_DELAY_S, self._wake.set)
-                else:
-                    self._wake.set()
+                self._wake.set()
                 return warm
             asyncio.ensure_future(self._drop(warm))
         self.misses += 1
