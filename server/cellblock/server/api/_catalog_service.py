@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Any
 
 import grpc
@@ -127,11 +129,24 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         self._state = state
         self._registry = registry
         self._cpu = cpu or cpu_pool()
+        # One registration or deletion of a scope at a time: they await worker calls, and a replace
+        # finishing while an earlier merge was in its worker was lost (the merge stored the old catalog back).
+        self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def _scope_lock(self, scope: tuple[str, str]) -> asyncio.Lock:
+        lock = self._locks.get(scope)
+        if lock is None:
+            lock = self._locks[scope] = asyncio.Lock()
+        return lock
 
     async def PutCatalog(self, request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> pb.PutCatalogResponse:  # noqa: N802
         scope = await require_scope(request.scope, context)
         if len(request.tools) > MAX_TOOLS_PER_REQUEST:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_TOOLS_PER_REQUEST} tools per registration")
+        async with self._scope_lock(scope):
+            return await self._put(scope, request, context)
+
+    async def _put(self, scope: tuple[str, str], request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> pb.PutCatalogResponse:
         existing = self._state.catalogs.get(scope)
         merge = request.mode == pb.REGISTRATION_MODE_MERGE
         direct = list(request.direct_tool_names)
@@ -192,6 +207,10 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
 
     async def DeleteCatalog(self, request: pb.DeleteCatalogRequest, context: grpc.aio.ServicerContext) -> pb.DeleteCatalogResponse:  # noqa: N802
         scope = await require_scope(request.scope, context)
+        async with self._scope_lock(scope):
+            return await self._delete(scope)
+
+    async def _delete(self, scope: tuple[str, str]) -> pb.DeleteCatalogResponse:
         aborted = 0
         for leg_scope, ports, _leg in list(self._state.active_legs.values()):
             if leg_scope == scope:
