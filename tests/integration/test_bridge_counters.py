@@ -166,3 +166,17 @@ async def test_what_is_not_json_or_not_asked_for_gets_its_documented_answer(dock
             if name.startswith("NaN"):
                 assert leg.output == [("json", None, 1)], leg.output
                 assert (("bridge:callValue:1", False, msg.p05("bridge:callValue:1"))) in leg.agent, leg.agent
+
+
+async def test_a_nan_value_just_over_its_message_allowance_is_no_json(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A value whose Completed message (the text plus 4 bytes of framing) is over the final allowance
+    # but whose text is not: the host parsed that text leniently, and NaN reached the caller as null.
+    allowance = 65536  # maxOutputBytes, nothing spent
+    async with FuzzCells.start(monkeypatch) as cells:
+        for size in (allowance, allowance - 3):
+            text = '[NaN,"' + "x" * (size - 8) + '"]'
+            messages = [_end(completed=pb.Completed(value_json=text))]
+            expected = expect(messages, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+            assert expected.end is not None and expected.end.answer == "R17", expected.end
+            leg = await cells.run(True, messages, expected)
+            check_leg(expected, leg)

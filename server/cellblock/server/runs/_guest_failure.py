@@ -37,6 +37,20 @@ def guest_text(literal: str) -> str:
     return value if isinstance(value, str) else literal
 
 
+def _text_bytes(message_bytes: int) -> int:
+    """The UTF-8 length of ``value_json`` from its ``Completed`` message's size (tag and length framing taken off).
+
+    Comparing the message's size itself with the allowance sent a text that fits it, but not
+    with its 2-6 bytes of framing, to :meth:`~OutputBudget.final_text`, which parsed it
+    without this function's strict checks (``NaN`` reached the caller as ``null``).
+    """
+    for framing in range(2, 12):
+        n = message_bytes - framing
+        if n >= 0 and max(1, (n.bit_length() + 6) // 7) == framing - 1:
+            return n
+    return message_bytes
+
+
 def completed_outcome(run: Run, completed: bpb.Completed, log: FilteringBoundLogger) -> LegOutcome:
     """The outcome of a leg whose program returned (SPEC §9 rule 6).
 
@@ -48,7 +62,7 @@ def completed_outcome(run: Run, completed: bpb.Completed, log: FilteringBoundLog
         ``completed``; [R15] when it nests deeper than the host's parser; [R17] when a value
         small enough to parse is not JSON.
     """
-    if completed.ByteSize() > run.budget.final_allowance():
+    if _text_bytes(completed.ByteSize()) > run.budget.final_allowance():
         log.info("bridge.value_over_allowance", message_bytes=completed.ByteSize())
         return LegOutcome(status=RunStatus.COMPLETED, value_text=completed.value_json)
     try:

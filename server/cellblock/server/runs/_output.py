@@ -325,7 +325,7 @@ class OutputBudget:
 
         def parse() -> Any:
             try:
-                return json.loads(text)
+                return guest_json(text)
             except (ValueError, RecursionError):
                 raise NotSerializableError("the cell sent a value that is not JSON") from None
 
