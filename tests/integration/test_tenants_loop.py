@@ -83,6 +83,28 @@ async def test_a_backtracking_pattern_cannot_freeze_the_loop(client: CellblockCl
     assert worst < PROBE_BOUND_S, worst
 
 
+async def test_unique_items_over_a_big_array_of_objects_cannot_freeze_the_loop(client: CellblockClient, scope: Scope) -> None:
+    # jsonschema compares unsortable items (objects, arrays) pairwise, inside one keyword evaluation
+    # that no budget check reached: 4,000 objects (50 KB of input) held the loop for 11 s.
+    tool = Tool(source="host", owner="core", name="uniq", parameters={"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}})
+    await client.put_catalog(scope, [tool])
+    code = """
+        const out = [];
+        for (const xs of [Array.from({length: 4000}, (_, i) => ({a: i, b: [i, {c: true}]})),
+                          [{a: 1, b: [true]}, {b: [true], a: 1}], [1, true], [[1, 0], [1, false]], [{a: 1}, {a: 1, b: null}]]) {
+          try { out.push((await tools.callValue("host:core:uniq", {xs})).n); } catch (e) { out.push(e.code); }
+        }
+        return out;
+    """
+
+    async def uniq(tool_input: Any, call: Any) -> Any:
+        return {"details": {"n": len(tool_input["xs"])}}
+
+    result, worst, _ = await _probe_while(client, _other(scope), client.exec(scope, tool_call_id="uniq", code=code, handlers={"uniq": uniq}))
+    assert result.status == "completed" and result.value == [4000, "input_contract", 2, 2, 2], result.raw_json
+    assert worst < PROBE_BOUND_S, worst
+
+
 async def test_patterns_outside_the_linear_engine_are_refused_at_registration(client: CellblockClient, scope: Scope) -> None:
     tool = Tool(source="host", owner="core", name="look", parameters={"type": "string", "pattern": "^(?=a)a+$"})
     with pytest.raises(CellblockError, match="outside the linear-time engine"):

@@ -167,3 +167,19 @@ def test_time_spent_waiting_for_a_core_does_not_count_against_the_contract_budge
         assert list(check(None, None, None, None)) == []
         assert list(check(None, None, None, None)) == []
     assert stalled == [True]
+
+
+def test_unique_items_over_many_objects_is_linear_and_keeps_jsonschemas_equality() -> None:
+    # jsonschema compared unsortable items pairwise inside one keyword evaluation, past every
+    # budget check: 4,000 objects held the loop for 11 s.
+    import time
+
+    uniq = entry(parameters={"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}, output=None)
+    started = time.thread_time()
+    check_input_contract(uniq, {"xs": [{"a": i, "b": [i, {"c": True}]} for i in range(20_000)]})
+    assert time.thread_time() - started < 0.5
+    for same in ([{"a": 1, "b": [True]}, {"b": [True], "a": 1}], [1, 1.0], [[{"x": None}], [{"x": None}]], ["a", "a"], [True, True]):
+        with pytest.raises(BridgeReplyError, match="duplicate items"):
+            check_input_contract(uniq, {"xs": same})
+    for distinct in ([1, True], [0, False], [[1, 0], [1, False]], [{"a": 1}, {"a": 1, "b": None}], ["1", 1], [None, 0], [[], {}], [{"a": [1]}, {"a": [True]}]):
+        check_input_contract(uniq, {"xs": distinct})
