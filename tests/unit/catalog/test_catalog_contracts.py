@@ -183,3 +183,17 @@ def test_unique_items_over_many_objects_is_linear_and_keeps_jsonschemas_equality
             check_input_contract(uniq, {"xs": same})
     for distinct in ([1, True], [0, False], [[1, 0], [1, False]], [{"a": 1}, {"a": 1, "b": None}], ["1", 1], [None, 0], [[], {}], [{"a": [1]}, {"a": [True]}]):
         check_input_contract(uniq, {"xs": distinct})
+
+
+def test_matching_many_properties_against_patterns_stops_at_the_budget() -> None:
+    # patternProperties matches every property inside one keyword evaluation: 50,000 properties
+    # against 20 patterns held the loop 1.2 s of CPU before the next keyword's budget check.
+    import time
+
+    patterns = {f"^p{i}_": {"type": "string"} for i in range(20)}
+    wide = entry(parameters={"type": "object", "patternProperties": patterns, "additionalProperties": {"type": "string"}}, output=None)
+    started = time.thread_time()
+    with pytest.raises(BridgeReplyError, match="took longer than 20 ms"):
+        check_input_contract(wide, {f"k{i}": "v" for i in range(50_000)})
+    assert time.thread_time() - started < 0.3
+    check_input_contract(wide, {"p1_x": "v", "other": "w"})

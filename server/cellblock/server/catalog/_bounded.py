@@ -63,7 +63,13 @@ class LinearRe:
 
     @staticmethod
     def search(pattern: str, string: str) -> Any:
-        """``re.search`` in linear time; raises :class:`UnsupportedPatternError` for non-RE2 syntax."""
+        """``re.search`` in linear time; raises :class:`UnsupportedPatternError` for non-RE2 syntax.
+
+        Checks the contract budget first: ``patternProperties`` and ``additionalProperties``
+        match every property of the instance inside one keyword evaluation (50,000 properties
+        against 20 patterns held the loop 1.2 s before the next keyword's check).
+        """
+        _check_deadline()
         return _compiled(pattern).search(string)
 
 
