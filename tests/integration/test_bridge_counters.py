@@ -180,3 +180,16 @@ async def test_a_nan_value_just_over_its_message_allowance_is_no_json(docker_cli
             assert expected.end is not None and expected.end.answer == "R17", expected.end
             leg = await cells.run(True, messages, expected)
             check_leg(expected, leg)
+
+
+async def test_a_rejection_naming_an_id_of_thousands_of_digits_is_the_guests_own_error(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The host read the id's number with int(): past Python's 4,300-digit limit it raised ValueError
+    # while mapping the leg's end.
+    failed = pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=json.dumps("boom"), rejection_bridge_id="bridge:call:" + "1" * 5000)
+    async with FuzzCells.start(monkeypatch) as cells:
+        messages = [_req("bridge:call:" + "2" * 5000, "call", '["host:core:echo", {}]'), _end(failed=failed)]
+        expected = expect(messages, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+        assert expected.end is not None and expected.end.answer == "guest error", expected.end
+        leg = await cells.run(True, messages, expected)
+        check_leg(expected, leg)
+        assert leg.result.error == "boom", leg.result.raw_json

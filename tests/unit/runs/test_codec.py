@@ -171,3 +171,24 @@ async def test_hosted_outcomes_while_parked_reach_the_next_claim_and_renewal_rep
         await store.cancel(run.run_id, "s", "a", until=(await store.now()) + 60)
         await asyncio.sleep(0.3)
     assert lost == ["cancelled"], "a leg learns of a cancel made on another replica"
+
+
+def test_protocol_violations_with_huge_ids_do_not_grow_the_run_or_its_parked_record() -> None:
+    # A violation's id is the guest's text, up to a whole bridge message: kept as itself, 20
+    # requests with 1 MB ids kept 20 MB in the run and wrote them into its parked record.
+    import structlog
+
+    from cellblock.bridge.v1 import bridge_service_pb2 as bpb
+    from cellblock.server.runs._policy import admit_request
+
+    run = _run(_catalog().view())
+    before = len(encode_run(run))
+    ids = [f"bridge:call:{i}" + "9" * 1_000_000 for i in range(20)]
+    for bridge_id in ids:
+        violation = admit_request(run, bpb.GuestRequest(bridge_id=bridge_id, method="call", args_json="[]"), structlog.get_logger(), {})
+        assert violation is not None and violation.message == msg.p02(bridge_id)
+    assert len(encode_run(run)) - before < 20 * 200
+    assert all(run.provenance_of(bridge_id) is Provenance.INTERNAL for bridge_id in ids)  # a rejection naming one is still the host's
+    assert run.provenance_of("bridge:call:0" + "9" * 999_999) is None
+    back = decode_run(_record(run), lambda state, _scope: RunCatalog.from_state(state, CodeModeConfig()))
+    assert back.provenance_of(ids[3]) is Provenance.INTERNAL

@@ -22,7 +22,7 @@ from cellblock.server.catalog import BridgeReplyError
 from cellblock.server.runs._output import NotSerializableError, compact_json, guest_json
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance, Settlement, ToolOutcome
-from cellblock.server.runs._state import PendingRequest, Run
+from cellblock.server.runs._state import PendingRequest, Run, provenance_key
 from cellblock.server.telemetry import end_tool_call, record_bridge_call, start_tool_call
 
 log = structlog.get_logger("cellblock.leg")
@@ -111,7 +111,7 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
 def _violation(run: Run, bridge_id: str, message: str, leg_log: FilteringBoundLogger) -> ProtocolViolation:
     """Logs a protocol violation (bounded) and records its rejection as the host's (SPEC §14.5)."""
     leg_log.error("bridge.protocol", message=message[:300])
-    run.provenance.setdefault(bridge_id, Provenance.INTERNAL)
+    run.provenance.setdefault(provenance_key(bridge_id), Provenance.INTERNAL)
     return ProtocolViolation(bridge_id, message)
 
 

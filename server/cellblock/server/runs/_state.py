@@ -45,6 +45,22 @@ def nested_call_id(tool_call_id: str, replay: str, n: int) -> str:
     return f"cellblock_{p}_{r}_{n}"
 
 
+#: Longest bridge id kept as itself in a run's provenance record; a protocol violation's id is guest text of any length.
+_MAX_KEPT_ID_CHARS = 256
+
+
+def provenance_key(bridge_id: str) -> str:
+    """The key of ``bridge_id`` in :attr:`Run.provenance`: itself, or a digest of a longer one.
+
+    A violation's id is the guest's text, up to a whole bridge message (megabytes): kept
+    as itself, every violating request grew the host's memory and the parked run's record
+    by its id (SPEC §2.3, §10.7).
+    """
+    if len(bridge_id) <= _MAX_KEPT_ID_CHARS:
+        return bridge_id
+    return "sha256:" + hashlib.sha256(bridge_id.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 @dataclass
 class PendingRequest:
     """A bridge request whose result the guest has not received.
@@ -106,7 +122,7 @@ class Run:
     suspended: bool = False
     snapshot_bytes: int = 0
     pending: dict[str, PendingRequest] = field(default_factory=dict)
-    #: bridge id -> "input" or "internal", for every rejection delivered.
+    #: bridge id (:func:`provenance_key`) -> "input" or "internal", for every rejection delivered.
     provenance: dict[str, Provenance] = field(default_factory=dict)
     #: Requests the controller refused in floods: ``(method, first n, last n, provenance)``.
     #: One range per run of consecutive refused ids, so a flood costs no per-id state.
@@ -123,11 +139,11 @@ class Run:
 
     def provenance_of(self, bridge_id: str) -> Provenance | None:
         """The recorded provenance of a delivered rejection, or ``None`` (SPEC §8.2 item 6)."""
-        known = self.provenance.get(bridge_id)
+        known = self.provenance.get(provenance_key(bridge_id))
         if known is not None:
             return known
         method, _, n_text = bridge_id.removeprefix("bridge:").partition(":")
-        n = int(n_text) if n_text.isascii() and n_text.isdigit() else 0  # ASCII digits only, as in an id (SPEC §8.2)
+        n = int(n_text) if len(n_text) <= 16 and n_text.isascii() and n_text.isdigit() else 0  # at most 16 ASCII digits, as in an id (SPEC §8.2)
         for m, first, last, provenance in self.refused_ranges:
             if m == method and first <= n <= last:
                 return provenance
