@@ -182,14 +182,26 @@ async def test_a_nan_value_just_over_its_message_allowance_is_no_json(docker_cli
             check_leg(expected, leg)
 
 
-async def test_a_rejection_naming_an_id_of_thousands_of_digits_is_the_guests_own_error(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The host read the id's number with int(): past Python's 4,300-digit limit it raised ValueError
-    # while mapping the leg's end.
-    failed = pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=json.dumps("boom"), rejection_bridge_id="bridge:call:" + "1" * 5000)
+#: Numbers in guest text the host read with int(): past Python's 4,300-digit limit, or a digit int()
+#: refuses ("²" is one for str.isdigit), it raised ValueError while mapping the leg's end, and the leg
+#: failed as "the service failed while running this leg".
+NUMBERS_IN_GUEST_TEXT = {
+    "a rejection naming an id of 5,000 digits": (
+        pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=json.dumps("boom"), rejection_bridge_id="bridge:call:" + "1" * 5000),
+        "guest error",
+        "boom",
+    ),
+    "a syntax error on line ²": (pb.Failed(kind=pb.FAILURE_KIND_SYNTAX, message=json.dumps("²:unexpected token")), "S02", msg.s02(1, 1, "unexpected token")),
+    "a syntax error on a line of 5,000 digits": (pb.Failed(kind=pb.FAILURE_KIND_SYNTAX, message=json.dumps("9" * 5000 + ":x")), "S02", msg.s02(1, 1, "x")),
+}
+
+
+async def test_numbers_in_guest_text_are_read_within_bounds(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     async with FuzzCells.start(monkeypatch) as cells:
-        messages = [_req("bridge:call:" + "2" * 5000, "call", '["host:core:echo", {}]'), _end(failed=failed)]
-        expected = expect(messages, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
-        assert expected.end is not None and expected.end.answer == "guest error", expected.end
-        leg = await cells.run(True, messages, expected)
-        check_leg(expected, leg)
-        assert leg.result.error == "boom", leg.result.raw_json
+        for name, (failed, answer, error) in NUMBERS_IN_GUEST_TEXT.items():
+            messages = [_req("bridge:call:" + "2" * 5000, "call", '["host:core:echo", {}]'), _end(failed=failed)]
+            expected = expect(messages, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+            assert expected.end is not None and expected.end.answer == answer, (name, expected.end)
+            leg = await cells.run(True, messages, expected)
+            check_leg(expected, leg)
+            assert leg.result.error == error, (name, leg.result.raw_json)

@@ -269,7 +269,7 @@ class _Model:
             return LegEnd("uncaught host reply", "failed", codes, None, "bridge")
         if f.kind == pb.FAILURE_KIND_SYNTAX:
             line_text, _, engine_message = _guest_text(f.message).partition(":")
-            line = int(line_text) if line_text.isascii() and line_text.isdigit() else 1
+            line = int(line_text) if len(line_text) <= 9 and line_text.isascii() and line_text.isdigit() else 1
             return LegEnd("S02", "failed", ("invalid_input",), msg.s02(line, 1, engine_message), "input")
         return LegEnd("R17", "failed", ("internal_error",), msg.R17, "host")  # a failure kind the SPEC does not name
 

@@ -114,7 +114,7 @@ def guest_failure(run: Run, f: bpb.Failed, log: FilteringBoundLogger) -> LegOutc
         # The engine refused the source before it ran: report it like
         # source preparation would (S02); its column is not reliable.
         line_text, _, engine_message = text.partition(":")
-        line = int(line_text) if line_text.isdigit() else 1
+        line = int(line_text) if len(line_text) <= 9 and line_text.isascii() and line_text.isdigit() else 1  # guest text: "²" is a digit int() refuses
         return failed(ErrorCode.INVALID_INPUT, msg.s02(line, 1, engine_message), FailurePhase.INPUT)
     if kind == bpb.FAILURE_KIND_UNSERIALISABLE:
         return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(f.message))
