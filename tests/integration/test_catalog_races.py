@@ -54,3 +54,27 @@ async def test_a_delete_during_a_merge_does_not_bring_the_old_catalog_back(clien
             await client.get_catalog(scope)
     else:
         assert final == ["host:core:merged"], final
+
+
+async def test_a_merge_that_fails_after_its_checks_changes_nothing(client: CellblockClient, scope: Scope, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The last step of a registration (preparing the new version in a worker) fails: the merge was
+    # already applied, so an INVALID_ARGUMENT PutCatalog left its tools in the scope's catalog.
+    from cellblock.client import CellblockError
+    from cellblock.server.api import _catalog_service
+    from cellblock.server.workers import WorkerFailed
+
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="base")])
+    real = _catalog_service.prepare_view
+
+    async def failing(*args: Any, **kwargs: Any) -> Any:
+        raise WorkerFailed("injected")
+
+    monkeypatch.setattr(_catalog_service, "prepare_view", failing)
+    with pytest.raises(CellblockError):
+        await client.put_catalog(scope, [Tool(source="host", owner="core", name="merged")], mode="merge")
+    monkeypatch.setattr(_catalog_service, "prepare_view", real)
+    assert _ids(await client.get_catalog(scope)) == ["host:core:base"]
+    result = await client.exec(scope, tool_call_id="after", code="return ALL_TOOLS.map((t) => t.id);", handlers={})
+    assert result.status == "completed" and result.value == ["host:core:base"], result.raw_json
+    merged = await client.put_catalog(scope, [Tool(source="host", owner="core", name="merged")], mode="merge")
+    assert _ids(merged) == ["host:core:base", "host:core:merged"]

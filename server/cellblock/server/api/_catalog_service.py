@@ -170,10 +170,14 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             problem, texts, tools = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
             if problem is not None:
                 raise CatalogRegistrationError(*problem)
-            view = target.catalog.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
-            target.schema_texts = {**existing.schema_texts, **texts} if existing is not None and target is existing else texts
+            # Registered into a fork, swapped in once prepared: a merge that fails changes nothing (SPEC §3.2 item 4).
+            staged = target.catalog.fork()
+            view = staged.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
+            schema_texts = {**existing.schema_texts, **texts} if existing is not None and target is existing else texts
             total = size + (target.prepared_size if merge else 0)
-            target.set_prepared(await prepare_view(view, target.schema_texts, self._cpu, total), total)
+            prepared = await prepare_view(view, schema_texts, self._cpu, total)
+            target.catalog, target.schema_texts = staged, schema_texts
+            target.set_prepared(prepared, total)
         except CatalogRegistrationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except WorkBudgetExceeded:

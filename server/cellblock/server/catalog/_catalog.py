@@ -299,6 +299,17 @@ class Catalog:
         self._ignored: tuple[tuple[int, str, str], ...] = ()
         self._lock = threading.Lock()
 
+    def fork(self) -> Catalog:
+        """A catalog with this one's registrations and session, to register into without changing this one.
+
+        ``PutCatalog`` merges into a fork and swaps it in only once the new version is
+        prepared: a merge that then fails leaves the scope's catalog as it was (SPEC §3.2 item 4).
+        """
+        fork = Catalog()
+        with self._lock:
+            fork._records, fork._direct_names, fork._counters, fork._view, fork._ignored = self._records, self._direct_names, self._counters, self._view, self._ignored
+        return fork
+
     @property
     def view(self) -> CatalogView:
         """The current immutable view."""
