@@ -175,9 +175,10 @@ def test_unique_items_over_many_objects_is_linear_and_keeps_jsonschemas_equality
     import time
 
     uniq = entry(parameters={"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}}, output=None)
+    items = {"xs": [{"a": i, "b": [i, {"c": True}]} for i in range(20_000)]}
     started = time.thread_time()
-    check_input_contract(uniq, {"xs": [{"a": i, "b": [i, {"c": True}]} for i in range(20_000)]})
-    assert time.thread_time() - started < 0.5
+    check_input_contract(uniq, items)
+    assert time.thread_time() - started < 2  # pairwise: about 4 minutes
     for same in ([{"a": 1, "b": [True]}, {"b": [True], "a": 1}], [1, 1.0], [[{"x": None}], [{"x": None}]], ["a", "a"], [True, True]):
         with pytest.raises(BridgeReplyError, match="duplicate items"):
             check_input_contract(uniq, {"xs": same})
@@ -192,8 +193,9 @@ def test_matching_many_properties_against_patterns_stops_at_the_budget() -> None
 
     patterns = {f"^p{i}_": {"type": "string"} for i in range(20)}
     wide = entry(parameters={"type": "object", "patternProperties": patterns, "additionalProperties": {"type": "string"}}, output=None)
+    properties = {f"k{i}": "v" for i in range(50_000)}
     started = time.thread_time()
     with pytest.raises(BridgeReplyError, match="took longer than 20 ms"):
-        check_input_contract(wide, {f"k{i}": "v" for i in range(50_000)})
-    assert time.thread_time() - started < 0.3
+        check_input_contract(wide, properties)
+    assert time.thread_time() - started < 0.4  # before: 1.2 s
     check_input_contract(wide, {"p1_x": "v", "other": "w"})
