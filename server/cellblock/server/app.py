@@ -407,6 +407,13 @@ async def serve(settings: ServerSettings | None = None) -> None:
 
     configure_logging()
     tune_allocator()
+    # Signals first: readiness (``server.started``, the health service) is announced inside
+    # start_service, so a SIGTERM from an orchestrator can come at any point after it; it then
+    # stops the service cleanly (its cells removed) once start-up is done, never kills it.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     try:
         settings = settings or ServerSettings.from_env()
     except ValueError as exc:  # a setting the operator must fix: one line, no traceback
@@ -422,10 +429,6 @@ async def serve(settings: ServerSettings | None = None) -> None:
         await service.executor.check()
     except Exception as exc:  # noqa: BLE001 - reported, legs fail closed
         log.error("executor.unavailable", reason=str(exc))
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("server.stopping")
     await service.stop()
