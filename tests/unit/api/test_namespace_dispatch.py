@@ -152,3 +152,13 @@ def test_server_settings_read_cellblock_mcp_servers() -> None:
     assert ServerSettings.from_env({}).mcp_servers == ()
     with pytest.raises(ValueError):
         ServerSettings.from_env({"CELLBLOCK_MCP_SERVERS": "{not json"})
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_runtime_result_with_a_non_json_number_is_not_json(constant: str) -> None:
+    c = run_catalog()
+    req = PendingRequest(bridge_id="bridge:namespace:1", method=BridgeMethod.NAMESPACE, args=["MCP", "gitHub.createIssue", {"title": "t"}])
+    resolved = c.resolve_call(req.method, req.args)
+    with pytest.raises(BridgeReplyError) as info:
+        c.project_result(req.method, resolved, ToolOutcome("n1", ok_json='{"details": {"x": ' + constant + "}}"), 1 << 20)
+    assert info.value.message == 'Tool "MCP.gitHub.createIssue" returned a result that is not valid JSON.'

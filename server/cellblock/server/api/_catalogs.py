@@ -49,6 +49,10 @@ from cellblock.server.workers import CpuPool
 log = structlog.get_logger("cellblock.leg")
 
 
+def _no_constant(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
+
+
 def _telemetry(view: CatalogView, snap: CounterSnapshot) -> dict[str, Any]:
     """The result telemetry of SPEC §12 item 1 (key order of §10.5)."""
     return make_telemetry(
@@ -279,7 +283,8 @@ class RunCatalog:
         if size > inbox_bytes:
             raise BridgeReplyError(msg.b12(label, size, inbox_bytes), "internal")
         try:
-            result = json.loads(outcome.ok_json)
+            # Strict (RFC 8259): NaN/Infinity are no JSON and never reach the guest as null.
+            result = json.loads(outcome.ok_json, parse_constant=_no_constant)
         except (ValueError, RecursionError):
             raise BridgeReplyError(msg.not_json(label), "internal") from None
         check_output_contract(entry, result)
