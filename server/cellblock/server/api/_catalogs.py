@@ -37,6 +37,7 @@ from cellblock.server.catalog import (
     entry_state,
     guest_data,
     search_model,
+    strict_json,
     tool_surface,
     view_from_state,
     view_state,
@@ -47,10 +48,6 @@ from cellblock.server.runs import BridgeMethod, ResolvedCall, ToolErrorKind, Too
 from cellblock.server.workers import CpuPool
 
 log = structlog.get_logger("cellblock.leg")
-
-
-def _no_constant(constant: str) -> object:
-    raise ValueError(f"{constant} is not JSON")
 
 
 def _telemetry(view: CatalogView, snap: CounterSnapshot) -> dict[str, Any]:
@@ -283,8 +280,7 @@ class RunCatalog:
         if size > inbox_bytes:
             raise BridgeReplyError(msg.b12(label, size, inbox_bytes), "internal")
         try:
-            # Strict (RFC 8259): NaN/Infinity are no JSON and never reach the guest as null.
-            result = json.loads(outcome.ok_json, parse_constant=_no_constant)
+            result = strict_json(outcome.ok_json)
         except (ValueError, RecursionError):
             raise BridgeReplyError(msg.not_json(label), "internal") from None
         check_output_contract(entry, result)

@@ -29,7 +29,7 @@ from ._offload import SCHEMA_FIELDS, GuestData, SchemaTexts, guest_data, registr
 from ._persist import entry_state, view_from_state, view_state
 from ._search import search_model
 from ._surface import exec_description, tool_surface
-from ._text import compact_json, js_trim
+from ._text import compact_json, js_trim, strict_json
 
 __all__ = [
     "SCHEMA_FIELDS",
@@ -50,6 +50,7 @@ __all__ = [
     "exec_description",
     "guest_data",
     "js_trim",
+    "strict_json",
     "registration_problem",
     "search_model",
     "SchemaTexts",

@@ -26,7 +26,7 @@ def deep_copy(value: _T) -> _T:
     except (pickle.PicklingError, TypeError, AttributeError):
         return copy.deepcopy(value)
 
-__all__ = ["compact_json", "is_json_primitive", "js_trim"]
+__all__ = ["compact_json", "is_json_primitive", "js_trim", "strict_json"]
 
 # ECMAScript WhiteSpace and LineTerminator code points, as String.prototype.trim strips them.
 _JS_WHITESPACE = (
@@ -35,6 +35,24 @@ _JS_WHITESPACE = (
 )
 
 _SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def strict_json(text: str) -> Any:
+    """Parses JSON text strictly (RFC 8259): ``NaN``, ``Infinity`` and ``-Infinity`` are no JSON.
+
+    For text the service did not write (a cell's arguments, output entries and values, a
+    runtime's tool result, exec arguments): a text holding one is refused like any other that
+    is not JSON (SPEC §14.5), never read as a number or shown as ``null``.
+
+    Raises:
+        ValueError: ``text`` is not JSON.
+        RecursionError: ``text`` nests deeper than the parser can go.
+    """
+    return json.loads(text, parse_constant=_not_json)
 
 
 def js_trim(text: str) -> str:

@@ -15,8 +15,8 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
+from cellblock.server.catalog import strict_json
 from cellblock.server.logging import error_head
-from cellblock.server.runs._output import guest_json
 from cellblock.server.runs._protocol import ErrorCode, FailurePhase, LegOutcome, Provenance, RunStatus, failed
 from cellblock.server.runs._state import Run
 
@@ -66,7 +66,7 @@ def completed_outcome(run: Run, completed: bpb.Completed, log: FilteringBoundLog
         log.info("bridge.value_over_allowance", message_bytes=completed.ByteSize())
         return LegOutcome(status=RunStatus.COMPLETED, value_text=completed.value_json)
     try:
-        return LegOutcome(status=RunStatus.COMPLETED, value=guest_json(completed.value_json))
+        return LegOutcome(status=RunStatus.COMPLETED, value=strict_json(completed.value_json))
     except RecursionError:  # deeper than the host's parser: SPEC §9 rule 10
         return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15("nesting is too deep for the serialiser"))
     except ValueError:

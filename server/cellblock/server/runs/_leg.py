@@ -23,12 +23,13 @@ import structlog
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
+from cellblock.server.catalog import strict_json
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells, WarmPool
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
 from cellblock.server.runs._guest_failure import exit_failure
 from cellblock.server.runs._leg_end import LegEnding
-from cellblock.server.runs._output import NotSerializableError, guest_json, is_output_entry
+from cellblock.server.runs._output import NotSerializableError, is_output_entry
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
@@ -405,7 +406,7 @@ class Leg(LegEnding):
     # ---------------------------------------------------------- output/end
     def _on_output(self, entry_json: str) -> None:
         try:
-            entry = guest_json(entry_json)
+            entry = strict_json(entry_json)
         except RecursionError:
             self._log.warning("bridge.output_too_deep")  # SPEC §8.4 item 6: dropped and logged
             return

@@ -9,12 +9,12 @@ never replaced by U+FFFD.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from cellblock.server.catalog import compact_json as _compact_json
+from cellblock.server.catalog import strict_json
 from cellblock.server.limits import OUTPUT_MARKER_RESERVE_BYTES
 
 GUIDANCE = "Output truncated; rerun with narrower arguments or return less data."
@@ -51,23 +51,6 @@ def compact_json(value: Any) -> str:
         raise NotSerializableError("nesting is too deep for the serialiser") from None
     except TypeError as exc:
         raise NotSerializableError(str(exc)) from None
-
-
-def _not_json(constant: str) -> Any:
-    raise ValueError(f"{constant} is not JSON")
-
-
-def guest_json(text: str) -> Any:
-    """Parses JSON a cell sent (arguments, an output entry, a final value), strictly (RFC 8259).
-
-    ``NaN``, ``Infinity`` and ``-Infinity`` are no JSON: a text holding one is refused like
-    any other that is not JSON (SPEC §14.5), never read as a number or shown as ``null``.
-
-    Raises:
-        ValueError: ``text`` is not JSON.
-        RecursionError: ``text`` nests deeper than the parser can go.
-    """
-    return json.loads(text, parse_constant=_not_json)
 
 
 def utf8_size(text: str) -> int:
@@ -325,7 +308,7 @@ class OutputBudget:
 
         def parse() -> Any:
             try:
-                return guest_json(text)
+                return strict_json(text)
             except (ValueError, RecursionError):
                 raise NotSerializableError("the cell sent a value that is not JSON") from None
 

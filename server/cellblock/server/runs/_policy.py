@@ -18,8 +18,8 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.catalog import BridgeReplyError
-from cellblock.server.runs._output import NotSerializableError, compact_json, guest_json
+from cellblock.server.catalog import BridgeReplyError, strict_json
+from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance, Settlement, ToolOutcome
 from cellblock.server.runs._state import PendingRequest, Run, provenance_key
@@ -94,7 +94,7 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
         return _violation(run, req.bridge_id, msg.p03(req.bridge_id), leg_log)
     too_deep = False
     try:
-        args = guest_json(req.args_json)
+        args = strict_json(req.args_json)
     except RecursionError:  # deeper than the host's parser: [B23] in refuse_over_host_limits
         args, too_deep = [], True
     except ValueError:

@@ -7,13 +7,12 @@ carrying the exact [E..]/[W..] message. No cell starts and nothing is dispatched
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from cellblock.server import messages as m
-from cellblock.server.catalog import js_trim
+from cellblock.server.catalog import js_trim, strict_json
 from cellblock.server.config import LANGUAGES, Language
 
 
@@ -46,10 +45,6 @@ class ValidatedExec:
     """Effective restartSafe: the runtime's force flag or the model's ``restartSafe: true``."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"not JSON: {name}")
-
-
 class NestedTooDeeply(ValueError):  # noqa: N818 - a condition of the input
     """Arguments nested deeper than the JSON parser reads ([E10], [W07])."""
 
@@ -69,7 +64,7 @@ def parse_json_object(arguments_json: str) -> dict[str, Any] | None:
         NestedTooDeeply: The text is nested deeper than the parser's recursion limit.
     """
     try:
-        value = json.loads(arguments_json, parse_constant=_reject_constant)
+        value = strict_json(arguments_json)
     except RecursionError:
         raise NestedTooDeeply from None
     except (ValueError, TypeError):
