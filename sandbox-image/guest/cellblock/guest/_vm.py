@@ -21,7 +21,7 @@ import quickjs_rs
 import wasmtime
 from quickjs_rs import Runtime, Snapshot
 
-from cellblock.guest._crossings import ControllerCalls, UncheckedExports
+from cellblock.guest._crossings import ControllerCalls
 
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
@@ -221,8 +221,6 @@ class CellVM:
         # engine's own accounting misses (large strings, array buffers).
         self._instance = self._ctx._engine_ctx._inst
         self._instance.store.set_limits(memory_size=memory_limit_bytes + WASM_HEADROOM_BYTES)
-        # Every crossing of this VM without wasmtime-py's per-call conversions (:mod:`._crossings`).
-        UncheckedExports(self._instance).install()
         self._ctrl: quickjs_rs.Handle | None = None
         self._factory: quickjs_rs.Handle | None = None
         self._methods: dict[str, quickjs_rs.Handle] = {}
