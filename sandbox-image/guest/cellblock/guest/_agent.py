@@ -28,8 +28,8 @@ import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
-from cellblock.guest._engine_load import EngineUnusableError
-from cellblock.guest._vm import CellVM, ControllerFaultError, Outbox, VMPoisonedError, engine_build_id, preload_engine
+from cellblock.guest._engine_load import EngineUnusableError, preload_engine
+from cellblock.guest._vm import CellVM, ControllerFaultError, Outbox, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
 #: ``host:port`` of the replica's bridge port (Kubernetes); when set, the agent
