@@ -120,12 +120,14 @@ else
         || die "docker build failed (rerun without --quiet for the log: docker build $ctx)"
     say "built in $((SECONDS - start))s"
     if [ "${CELLBLOCK_SKIP_SMOKE:-0}" != 1 ]; then
-        say "smoke test: locked-down container imports quickjs_rs, grpc and protobuf and evaluates JS"
+        say "smoke test: locked-down container loads the precompiled QuickJS module, imports grpc and protobuf and evaluates JS"
         docker run --rm --read-only --network none --cap-drop ALL \
             --security-opt no-new-privileges --security-opt "seccomp=$here/seccomp.json" \
             --user 65532:65532 --pids-limit 64 --memory 256m --memory-swap 256m \
             --entrypoint python3 "$tag" -s -P -c '
 import grpc, google.protobuf, quickjs_rs
+from cellblock.guest._engine_load import preload_engine
+assert preload_engine(), "the precompiled QuickJS module was not loaded"
 with quickjs_rs.Runtime() as rt, rt.new_context() as ctx:
     assert ctx.eval("[1, 2, 3].map(x => x * 2).join()") == "2,4,6"
 import pkgutil, importlib, cellblock

@@ -70,7 +70,7 @@ def test_cell_container_lockdown(docker_client: docker.DockerClient) -> None:
     assert out["tmp"] == 30, "/tmp must be read-only (EROFS)"
     assert out["shm"] in (2, 13), "/dev/shm must not exist (ipc none)"
     assert out["docker_sock"] is False
-    assert set(out["env"]) <= {"PATH", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "HOME", "HOSTNAME", "PYTHONNOUSERSITE", "CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES", "LANG"}
+    assert set(out["env"]) <= {"PATH", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "HOME", "HOSTNAME", "PYTHONNOUSERSITE", "CELLBLOCK_PRECOMPILED_QUICKJS", "CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES", "LANG"}
     assert out["mounts"] == ["/run/cellblock"]
 
 
@@ -139,7 +139,7 @@ async def test_the_cell_of_a_real_exec_is_locked_down(client: Any, scope: Any, s
     assert "CELLBLOCK_TEST_HOST_SECRET" not in env_names
     assert not any("must-not-reach-the-cell" in e for e in attrs["Config"]["Env"])
     # Only the image's own ENV lines (LANG comes from the debootstrap base) and the two bridge variables.
-    assert env_names <= {"PATH", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE", "CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES"}
+    assert env_names <= {"PATH", "LANG", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE", "CELLBLOCK_PRECOMPILED_QUICKJS", "CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES"}
 
 
 BOMB = r"""

@@ -8,7 +8,9 @@ state beyond what the host sent for this leg.
 
 Exit codes are the bridge proto's ``CellExitCode``: 0 after a clean ``end``;
 3 when the bridge cannot be reached; 124 when the agent's own watchdog stopped a
-VM stuck past the deadline; 125 when the host went silent.
+VM stuck past the deadline; 125 when the host went silent; 1, before it
+connects, when the image's precompiled QuickJS module cannot be used
+(:class:`~cellblock.guest._engine_load.EngineUnusableError`, fail closed).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import grpc
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
+from cellblock.guest._engine_load import EngineUnusableError, preload_engine
 from cellblock.guest._vm import CellVM, ControllerFaultError, Outbox, VMPoisonedError, engine_build_id
 
 SOCKET_ENV = "CELLBLOCK_BRIDGE_SOCKET"
@@ -51,6 +54,9 @@ HOST_SILENCE_GRACE_S = 30.0
 _ENGINE_OOM = "InternalError: out of memory"
 #: The guest error of a leg whose controller call threw (SPEC §8.1 item 5).
 CONTROLLER_FAULT = "Error: the program changed a built-in the cell runtime relies on, and the runtime could not continue ({})."
+#: Exit code when the precompiled QuickJS module cannot be used (Python's own
+#: failure code: the bridge proto's CellExitCode has no value for it yet).
+ENGINE_UNUSABLE_EXIT = 1
 _REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE, "namespace_arguments": pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS}
 
 
@@ -319,6 +325,12 @@ def _channel(env: dict[str, str], options: list[tuple[str, Any]]) -> grpc.aio.Ch
 
 
 async def _amain() -> int:
+    try:
+        # Before the bridge: a cell whose engine cannot load never attaches.
+        preload_engine()
+    except EngineUnusableError as exc:
+        print(f"cellblock-guest: {exc}", file=sys.stderr)
+        return ENGINE_UNUSABLE_EXIT
     env = dict(os.environ)
     token = env.get(TOKEN_ENV, "")
     limit_text = env.get(MEMORY_LIMIT_ENV, "")
@@ -349,8 +361,16 @@ async def _amain() -> int:
 
 
 def main() -> None:
-    """Entry point of ``python -m cellblock.guest``."""
-    sys.exit(asyncio.run(_amain()))
+    """Entry point of ``python -m cellblock.guest``.
+
+    Ends with ``os._exit`` once the bridge channel is closed: the process has
+    nothing left to release (its container is removed next), and the
+    interpreter's own shutdown cost each cell about 20 ms of CPU.
+    """
+    code = asyncio.run(_amain())
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _json_text(literal: str) -> str:

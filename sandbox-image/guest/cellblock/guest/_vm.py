@@ -10,18 +10,18 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import quickjs_rs
 import wasmtime
 from quickjs_rs import Runtime, Snapshot
 
+from cellblock.guest import _engine_load
 from cellblock.guest._crossings import ControllerCalls
+from cellblock.guest._engine_load import preload_engine
 
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
@@ -88,111 +88,16 @@ class Outbox:
     first_omitted: str = ""
 
 
-#: wasmtime's limit for the wasm call stack, in bytes. The WASI build of
-#: quickjs-ng has no stack check of its own, so recursion ends when this runs
-#: out (an engine trap, R10, SPEC §10.10 item 2). wasmtime's default of 512 KiB
-#: allows about 600 JavaScript frames; 2 MiB allows about 2,400 while the
-#: engine's 1 MiB shadow stack (below its static data, so an overflow traps
-#: too) stays the larger one for every recursion shape measured. It must stay
-#: well below the agent thread's native stack (8 MiB).
-MAX_WASM_STACK_BYTES = 2 * 1024 * 1024
-
-
-def _install_engine() -> None:
-    """Gives quickjs-rs (pinned 0.2.6) its shared wasmtime engine with our stack limit.
-
-    Uses quickjs-rs internals: the shared engine is created lazily on first
-    use, so setting it before any VM (or the precompile step) exists makes
-    every instance, and the precompiled module, use this configuration.
-    """
-    from quickjs_rs import _wasmtime
-
-    if _wasmtime._SHARED_ENGINE is None:
-        config = wasmtime.Config()
-        config.max_wasm_stack = MAX_WASM_STACK_BYTES
-        _wasmtime._SHARED_ENGINE = wasmtime.Engine(config)
-
-
-_install_engine()
-
-#: The QuickJS module compiled ahead of time at image build
-#: (``python -m cellblock.guest.precompile``); compiling it at start costs ~2 s.
-PRECOMPILED_MODULE = os.environ.get("CELLBLOCK_PRECOMPILED_QUICKJS", "/opt/cellblock/quickjs.cwasm")
-
-
-def preload_engine() -> bool:
-    """Loads the precompiled QuickJS module into quickjs-rs's artifact cache.
-
-    Uses quickjs-rs internals (pinned 0.2.6): the cache key ``"quickjs"`` and
-    its linker builder. A missing or incompatible file is not an error: the
-    module is then compiled from the bundled wasm as usual (same isolation).
-
-    Returns:
-        True when the precompiled module was used.
-    """
-    import hashlib
-
-    from quickjs_rs import _engine, _wasmtime
-
-    if "quickjs" in _wasmtime._SHARED_ARTIFACTS or not os.path.exists(PRECOMPILED_MODULE):
-        return False
-    engine = _wasmtime.shared_wasmtime_engine()
-    try:
-        module = wasmtime.Module.deserialize_file(engine, PRECOMPILED_MODULE)
-    except Exception:  # noqa: BLE001 - incompatible host: compile instead
-        return False
-    build_id = hashlib.sha256(_engine._read_guest_wasm()).digest()
-    _wasmtime._SHARED_ARTIFACTS["quickjs"] = _wasmtime.SharedWasmArtifact(module=module, linker=_engine._build_shared_linker(engine), build_id=build_id)
-    return True
-
-
-def precompile(path: str) -> None:
-    """Compiles the bundled QuickJS wasm and writes the serialized module."""
-    from quickjs_rs import _engine
-
-    module = _engine._quickjs_artifact().module
-    with open(path, "wb") as f:
-        f.write(module.serialize())
-
-
 def engine_build_id() -> str:
-    """Returns the hex engine build id that binds this cell's snapshots (see :func:`_engine_build_id`)."""
+    """Returns the hex engine build id that binds this cell's snapshots (:func:`._engine_load.engine_build_id`)."""
     preload_engine()
-    return _ENGINE_BUILD_ID
-
-
-def _engine_build_id() -> str:
-    """Hashes what decides whether a snapshot can be restored (SPEC §16.1 item 8).
-
-    A snapshot is the VM's whole linear memory: the QuickJS wasm's heap layout
-    and the controller's objects in it, plus this module's framing. So the id
-    covers the bundled wasm, the quickjs-rs and wasmtime versions, the
-    controller source and this module's source. Any rebuilt image that changes
-    one of them gets a new id, and its cells refuse older snapshots (R19).
-    """
-    import hashlib
-    from importlib.metadata import version
-
-    from quickjs_rs import _engine
-
-    h = hashlib.sha256()
-    for part in (
-        _engine._read_guest_wasm(),
-        f"quickjs-rs {version('quickjs-rs')} wasmtime {version('wasmtime')}".encode(),
-        resources.files(__package__).joinpath("controller.js").read_bytes(),
-        resources.files(__package__).joinpath("_vm.py").read_bytes(),
-    ):
-        h.update(hashlib.sha256(part).digest())
-    return h.hexdigest()
-
-
-_ENGINE_BUILD_ID = _engine_build_id()
+    return _engine_load.engine_build_id()
 
 
 @functools.cache
 def _controller_source() -> str:
     """The controller's source text (read once per process)."""
-    return resources.files(__package__).joinpath("controller.js").read_text("utf-8")
+    return _engine_load.controller_source()
 
 
 class CellVM:
