@@ -17,7 +17,7 @@ import pytest
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server.api._catalogs import PreparedView, RunCatalog, ScopeCatalog, prepare_view
-from cellblock.server.catalog import compact_json, registration_problem
+from cellblock.server.catalog import compact_json, registration_problem, tool_surface
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.runs._start import start_message
 from cellblock.server.workers import CpuPool
@@ -154,3 +154,42 @@ async def test_a_run_resumed_on_this_replica_gets_its_own_preparation_back_and_n
     old = scope.restore_view(parked)
     assert old._prepared is None and [t["id"] for t in _sent_catalog(old)["allTools"]] == ["host:core:a"]
     assert json.loads(old.describe_json("a"))["parameters"]["properties"] == {"x": {"type": "string", "description": "the x"}}
+
+
+async def _put_with(scope: ScopeCatalog, cpu: CpuPool, tools: list[dict[str, Any]], direct: list[str], deny: list[str]) -> None:
+    problem, texts, decoded = await cpu.run(registration_problem, tools, "replace", direct, None, deny, budget_s=30)
+    assert problem is None, problem
+    view = scope.catalog.register(decoded, direct_tool_names=direct, deny=deny, check_schemas=False, copy=False)
+    scope.schema_texts = texts
+    scope.set_prepared(await prepare_view(view, texts, cpu, 0))
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("engaged", [True, False])
+async def test_the_tool_surface_comes_from_the_workers_schema_texts_per_version(cpu: CpuPool, engaged: bool) -> None:
+    # GetToolSurface over 100 schemas of 390 KB held the loop 480 ms per call when it copied and
+    # serialized them; it now answers from the registration's texts, built once per version.
+    config = CodeModeConfig.from_json(engaged)
+    tools = [
+        _tool("a", "alpha tool", "x"),
+        {**_tool("d", "direct only", "z"), "directOnly": True},
+        _tool("gone", "denied", "q"),
+        {"source": "mcp", "owner": "gh", "name": "issue", "parameters_json": '{"type":"object","properties":{"n":{"type":"number","minimum":1.5}}}'},
+        {"source": "host", "owner": "core", "name": "bare"},
+    ]
+    scope = ScopeCatalog(config)
+    await _put_with(scope, cpu, tools, ["a"], ["gone"])
+    old_engaged, old_tools = tool_surface(scope.catalog, config, None)
+    expected = [(t["name"], t.get("description", ""), compact_json(t.get("parameters", {}))) for t in old_tools]
+    assert scope.tool_surface(config, None) == (old_engaged, expected) and old_engaged is engaged
+    assert [name for name, *_ in expected] == (["exec", "wait", "a", "d"] if engaged else ["a", "d", "gone", "issue", "bare"])
+    # The texts are the worker's, not serialized again here; the same version answers from its cache.
+    fresh = ScopeCatalog(config)
+    await _put_with(fresh, cpu, tools, ["a"], ["gone"])
+    fresh.schema_texts = {key: ('{"from":"worker"}', out) for key, (_, out) in fresh.schema_texts.items()}
+    surface = fresh.tool_surface(config, None)[1]
+    assert all(params == '{"from":"worker"}' for name, _, params in surface if name not in ("exec", "wait", "bare")), surface
+    assert fresh.tool_surface(config, None)[1] is surface
+    # The next version is never answered from the old one's cache.
+    await _put_with(fresh, cpu, [_tool("b", "beta", "y")], ["b"], [])
+    assert [name for name, *_ in fresh.tool_surface(config, None)[1]] == (["exec", "wait", "b"] if engaged else ["b"])

@@ -10,6 +10,8 @@ EXPECTED = {
     "tool_surface", "CatalogCounters", "CounterSnapshot", "view_from_state", "view_state", "entry_state",
     # The steps the service runs in worker processes (issue 11).
     "GuestData", "SchemaTexts", "SCHEMA_FIELDS", "guest_data", "registration_problem", "search_model",
+    # GetToolSurface's definitions from the worker's schema texts (issue 11 item 1).
+    "surface_definitions", "SurfaceDefinition",
 }  # fmt: skip
 
 

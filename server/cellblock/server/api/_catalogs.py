@@ -36,9 +36,10 @@ from cellblock.server.catalog import (
     compact_json,
     entry_state,
     guest_data,
+    SurfaceDefinition,
     search_model,
     strict_json,
-    tool_surface,
+    surface_definitions,
     view_from_state,
     view_state,
 )
@@ -346,6 +347,7 @@ class ScopeCatalog:
         self.prepared_size = 0
         self.schema_texts: SchemaTexts = {}
         """Compact JSON of each entry's schemas, written in the worker at registration (``_catalog_message``)."""
+        self._surfaces: tuple[CatalogView | None, dict[bool, list[SurfaceDefinition]]] = (None, {})
 
     def set_prepared(self, prepared: PreparedView, size: int = 0) -> None:
         """Keeps what a worker built for ``prepared.view`` while that is still the catalog's current view."""
@@ -379,6 +381,20 @@ class ScopeCatalog:
         """The result telemetry of SPEC §12 item 1 (key order of §10.5)."""
         return _telemetry(self.catalog.view, self.catalog.counters.snapshot())
 
-    def tool_surface(self, config: CodeModeConfig, model_id: str | None) -> tuple[bool, list[dict[str, Any]]]:
-        """The model-visible tools (SPEC §3.3)."""
-        return tool_surface(self.catalog, config, model_id)
+    def tool_surface(self, config: CodeModeConfig, model_id: str | None) -> tuple[bool, list[SurfaceDefinition]]:
+        """The model-visible tools as ``GetToolSurface`` sends them (SPEC §3.3), kept per catalog version.
+
+        The engaged and the plain surface of the current view are each built once, from the
+        schema texts the worker wrote at registration: a surface of 100 schemas of 390 KB
+        held the event loop 480 ms per request when it was copied and serialized each time
+        (SPEC §3.1 item 6). ``config`` is the service's, the same for every call.
+        """
+        view = self.catalog.view
+        cached_view, surfaces = self._surfaces
+        if cached_view is not view:
+            surfaces = {}
+            self._surfaces = (view, surfaces)
+        engaged = config.engaged(model_id, view.size > 0)
+        if engaged not in surfaces:
+            surfaces[engaged] = surface_definitions(view, config, model_id, self.schema_texts)[1]
+        return engaged, surfaces[engaged]

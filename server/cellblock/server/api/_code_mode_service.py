@@ -18,7 +18,7 @@ from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
 from cellblock.server.api._stream_ports import StreamPorts
 from cellblock.server.limits import MAX_SCOPE_ID_CHARS
-from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Run, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, compact_json, result_json
+from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Run, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, result_json
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
@@ -143,10 +143,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
         if catalog is None:
             return pb.GetToolSurfaceResponse(code_mode_engaged=False)
         engaged, tools = catalog.tool_surface(self._state.config, request.model_id or None)
-        definitions = [
-            pb.ToolDefinition(name=t["name"], description=t.get("description", ""), parameters_json=compact_json(t.get("parameters", {})))
-            for t in tools
-        ]
+        definitions = [pb.ToolDefinition(name=name, description=description, parameters_json=parameters) for name, description, parameters in tools]
         return pb.GetToolSurfaceResponse(code_mode_engaged=engaged, tools=definitions)
 
     async def Exec(self, request_iterator: AsyncIterator[pb.ExecRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ExecResponse]:  # noqa: N802

@@ -28,7 +28,7 @@ from ._namespace import McpNamespace, build_namespace
 from ._offload import SCHEMA_FIELDS, GuestData, SchemaTexts, guest_data, registration_problem
 from ._persist import entry_state, view_from_state, view_state
 from ._search import search_model
-from ._surface import exec_description, tool_surface
+from ._surface import SurfaceDefinition, exec_description, surface_definitions, tool_surface
 from ._text import compact_json, js_trim, strict_json
 
 __all__ = [
@@ -54,6 +54,8 @@ __all__ = [
     "registration_problem",
     "search_model",
     "SchemaTexts",
+    "surface_definitions",
+    "SurfaceDefinition",
     "tool_surface",
     "view_from_state",
     "view_state",

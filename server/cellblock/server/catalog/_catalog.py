@@ -102,6 +102,7 @@ class CatalogView:
         counters: CatalogCounters,
         direct_tools: Sequence[Mapping[str, Any]] = (),
         registered_tools: Sequence[Mapping[str, Any]] = (),
+        surface_ids: tuple[Sequence[str], Sequence[str]] = ((), ()),
     ) -> None:
         """Builds a view; normally obtained from :attr:`Catalog.view`.
 
@@ -111,6 +112,9 @@ class CatalogView:
             direct_tools: Registered tool dicts shown directly on an engaged surface.
             registered_tools: Every registered tool dict, for a surface that is not engaged.
                 Both are kept as given, not copied: the caller hands them over and never mutates them.
+            surface_ids: The catalog ids of ``direct_tools`` and of ``registered_tools``, in
+                the same order (empty for a view restored from a run's document): the tool
+                surface finds each one's schema text by it (:meth:`surface_tools`).
         """
         self._entries = tuple(sorted(entries, key=lambda entry: entry.id))
         self._by_id = MappingProxyType({entry.id: entry for entry in self._entries})
@@ -120,6 +124,17 @@ class CatalogView:
         # mutated); callers get deep copies from direct_tools() / registered_tools().
         self._direct_tools = tuple(dict(tool) for tool in direct_tools)
         self._registered_tools = tuple(dict(tool) for tool in registered_tools)
+        self._surface_ids = (tuple(surface_ids[0]), tuple(surface_ids[1]))
+
+    def surface_tools(self, engaged: bool) -> list[tuple[str | None, Mapping[str, Any]]]:
+        """The tools of a surface as ``(catalog id or None, registered tool)``, not copied: read them only.
+
+        ``engaged`` gives :meth:`direct_tools`' tools, else :meth:`registered_tools`' (SPEC §3.3).
+        The id is ``None`` when the view does not know it (a view restored from a run's document).
+        """
+        tools = self._direct_tools if engaged else self._registered_tools
+        ids = self._surface_ids[0 if engaged else 1]
+        return list(zip(ids, tools, strict=True)) if len(ids) == len(tools) else [(None, tool) for tool in tools]
 
     @property
     def entries(self) -> tuple[CatalogEntry, ...]:
@@ -320,6 +335,10 @@ class Catalog:
         """The current catalog session's counters."""
         return self._counters
 
+    def registered_entries(self) -> list[CatalogEntry]:
+        """The entry of every registered tool, catalogued or not (direct-only, denied, not allowed)."""
+        return [record.tool.entry for record in self._records.values()]
+
     @property
     def ignored_fields(self) -> tuple[tuple[int, str, str], ...]:
         """Fields the last registration ignored, as ``(tool index, tool id, field)``.
@@ -420,10 +439,11 @@ def _build_view(records: Mapping[str, _Record], direct_names: Sequence[str], cou
         if record.direct or promoted:
             direct.append(record.tool)
     seen_names: set[str] = set()
-    direct_tools = []
+    direct_tools, direct_ids = [], []
     for tool in direct:
         if tool.entry.name not in seen_names:
             seen_names.add(tool.entry.name)
             direct_tools.append(tool.raw)
+            direct_ids.append(tool.entry.id)
     registered = [record.tool.raw for record in records.values()]
-    return CatalogView(entries, counters, direct_tools, registered)
+    return CatalogView(entries, counters, direct_tools, registered, (direct_ids, [record.tool.entry.id for record in records.values()]))

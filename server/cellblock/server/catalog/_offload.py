@@ -69,20 +69,23 @@ def registration_problem(
 
     Returns:
         ``(None, texts, tools)`` when the registration is valid, else ``(problem, {}, [])``.
-        ``texts`` holds the compact JSON of every entry's schemas, which the service answers
-        with (``PutCatalog``, ``GetCatalog``, ``tools.describe``): writing megabytes of it on
+        ``texts`` holds the compact JSON of every registered tool's schemas, which the service
+        answers with (``PutCatalog``, ``GetCatalog``, ``tools.describe``, ``GetToolSurface``): writing megabytes of it on
         the event loop held it for tens of ms per MB (SPEC §3.1 item 6). ``tools`` are the
         decoded tools for the service to register without checks; they reach it through the
         worker pool's result thread, not the event loop.
     """
     try:
         decode_schemas(tools)
-        view = Catalog().register(tools, mode=mode, direct_tool_names=direct_tool_names, allow=allow, deny=deny, copy=False)
+        catalog = Catalog()
+        catalog.register(tools, mode=mode, direct_tool_names=direct_tool_names, allow=allow, deny=deny, copy=False)
     except CatalogRegistrationError as error:
         return (error.index, error.problem, error.tool), {}, []
+    # Every registered tool, catalogued or not: the tool surface answers with the texts of
+    # direct-only and excluded tools too (SPEC §3.3, §3.1 item 6).
     texts = {
         e.id: (compact_json(e.parameters) if e.parameters is not None else "", compact_json(e.output_schema) if e.output_schema is not None else "")
-        for e in view.entries
+        for e in catalog.registered_entries()
     }
     return None, texts, tools
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..config import CodeModeConfig
 from ..limits import DESCRIPTION_MAX_SERVERS
 from ._catalog import Catalog, CatalogView
+from ._text import compact_json
 
 __all__ = [
     "CODE_DESC",
@@ -21,6 +23,7 @@ __all__ = [
     "namespace_section",
     "paragraph_a",
     "paragraph_d",
+    "surface_definitions",
     "tool_surface",
     "wait_tool",
 ]
@@ -223,3 +226,38 @@ def tool_surface(
     if not config.engaged(model_id, view.size > 0):
         return False, view.registered_tools()
     return True, [exec_tool(view, config), wait_tool(), *view.direct_tools()]
+
+
+SurfaceDefinition = tuple[str, str, str]
+"""One model-visible tool as ``GetToolSurface`` sends it: name, description, compact JSON of its parameters."""
+
+
+def surface_definitions(
+    view: CatalogView, config: CodeModeConfig, model_id: str | None, schema_texts: Mapping[str, tuple[str, str]]
+) -> tuple[bool, list[SurfaceDefinition]]:
+    """:func:`tool_surface` as the definitions ``GetToolSurface`` sends (SPEC §3.3).
+
+    A registered tool's parameters are the compact JSON a worker wrote at registration
+    (``schema_texts``, by catalog id), so megabytes of schemas are neither copied nor
+    serialized on the shared event loop (SPEC §3.1 item 6); a tool without one (a view
+    restored from a run's document) is serialized here.
+
+    Args:
+        view: The scope's catalog view.
+        config: The service configuration.
+        model_id: The request's model id, or ``None``.
+        schema_texts: Per catalog id, the compact JSON of the tool's ``parameters`` and
+            ``outputSchema`` (``""`` when absent).
+
+    Returns:
+        ``(codeModeEngaged, definitions)``, the same tools in the same order as :func:`tool_surface`.
+    """
+    engaged = config.engaged(model_id, view.size > 0)
+    out: list[SurfaceDefinition] = []
+    if engaged:
+        out = [(t["name"], t["description"], compact_json(t["parameters"])) for t in (exec_tool(view, config), wait_tool())]
+    for entry_id, tool in view.surface_tools(engaged):
+        texts = schema_texts.get(entry_id) if entry_id is not None else None
+        parameters = texts[0] if texts is not None and texts[0] else compact_json(tool.get("parameters", {}))
+        out.append((tool["name"], tool.get("description", ""), parameters))
+    return engaged, out
