@@ -14,7 +14,8 @@ from cellblock.server.api._catalogs import RunCatalog, ScopeCatalog
 from cellblock.server.catalog import BridgeReplyError
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.runs import BridgeMethod, Claimed, OutputBudget, Provenance, Run, RunRegistry, Settlement
-from cellblock.server.runs._codec import RunDecodeError, decode_run, encode_run
+from cellblock.server.runs._codec import RunDecodeError, decode_run, encode_run, split_document
+from cellblock.server.runs._registry import _summary_of_record
 from cellblock.server.runs._state import PendingRequest
 from cellblock.server.store import MemoryRunStore, RunRecord
 
@@ -125,6 +126,38 @@ def test_unreadable_documents_are_refused() -> None:
     for bad in (b"{", json.dumps({**doc, "format": 99}).encode(), json.dumps({k: v for k, v in doc.items() if k != "limits"}).encode()):
         with pytest.raises(RunDecodeError):
             decode_run(RunRecord(**{**record.__dict__, "body": bad}), restore)
+
+
+def test_a_documents_head_is_read_without_parsing_its_catalog_view() -> None:
+    # A parked run's view is tens of MB in a scope with large mcp schemas: ListRuns and a resume
+    # on the replica that prepared the view parsed all of it on the loop (about 0.2 s).
+    catalog = _catalog()
+    run = _run(catalog.view())
+    record = _record(run)
+    head, view = split_document(record.body)
+    assert view is not None and "view" not in head and head["runId"] == run.run_id
+    at = int(head["viewAt"])
+    assert record.body[at:].startswith(b',"view":')
+    # The view's bytes are not JSON past the version id: reading only the version must not parse them.
+    body = record.body[:at] + b',"view":{"catalogVersion":"abc123","rest":not json}}'
+    forged = RunRecord(**{**record.__dict__, "body": body})
+    seen: list[object] = []
+
+    def restore(state: Any, _scope: Any) -> RunCatalog:
+        seen.append(state.get("catalogVersion"))
+        return run.view  # type: ignore[return-value]
+
+    back = decode_run(forged, restore)
+    assert seen == ["abc123"] and list(back.pending) == list(run.pending) and back.counts == run.counts
+    summary = _summary_of_record(forged, 0.0)
+    assert summary.tool_call_id == "exec-1" and [p[0] for p in summary.pending] == list(run.pending) and summary.legs == 2
+    with pytest.raises(ValueError):
+        split_document(body)[1]["view"]  # type: ignore[index]  # any other key parses it
+    # A document without viewAt (written before it existed) is parsed whole, to the same run.
+    old = json.loads(record.body)
+    del old["viewAt"]
+    again = decode_run(RunRecord(**{**record.__dict__, "body": json.dumps(old).encode()}), lambda state, _scope: RunCatalog.from_state(state, CodeModeConfig()))
+    assert list(again.pending) == list(run.pending) and again.view.guest_catalog() == run.view.guest_catalog()
 
 
 @pytest.mark.asyncio(loop_scope="session")

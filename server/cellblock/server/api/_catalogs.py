@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
@@ -138,7 +138,7 @@ class RunCatalog:
         return b"".join((b'{"catalogVersion":"', prepared.version.encode(), b'","view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"))
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:
+    def from_state(cls, state: Mapping[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:
         """Restores a :meth:`to_state` document.
 
         ``counters`` is the live session when this replica has the run's catalog session,
@@ -363,7 +363,7 @@ class ScopeCatalog:
         prepared = self._prepared if self._prepared is not None and self._prepared.view is view else None
         return RunCatalog(view, self._config, prepared)
 
-    def restore_view(self, state: dict[str, Any]) -> RunCatalog:
+    def restore_view(self, state: Mapping[str, Any]) -> RunCatalog:
         """A stored run's view, counting in this session when it is the run's own.
 
         A run parked from this scope's current preparation (its document names the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,7 +98,7 @@ class ServiceState:
         """Records a hosted call's outcome on the run's current state (see ``RunRegistry.deliver_hosted``)."""
         self.registry.deliver_hosted(run_id, apply, lambda bridge_id: self.poke_run(run_id, bridge_id))
 
-    def restore_view(self, state: dict[str, Any], scope: tuple[str, str]) -> Any:
+    def restore_view(self, state: Mapping[str, Any], scope: tuple[str, str]) -> Any:
         """Rebuilds a stored run's catalog view; counts in the scope's live session when it is the run's."""
         catalog = self.catalogs.get(scope)
         if catalog is not None:

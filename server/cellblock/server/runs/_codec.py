@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from functools import cached_property
 from typing import Any
 
 from opentelemetry.trace import SpanContext, TraceFlags
@@ -32,7 +34,76 @@ from cellblock.server.store import RunRecord
 FORMAT = 1
 
 #: ``restore_view(view_document, (session_id, agent_run_id))`` -> the run's view object.
-ViewRestorer = Callable[[dict[str, Any], tuple[str, str]], CatalogPort]
+ViewRestorer = Callable[[Mapping[str, Any], tuple[str, str]], CatalogPort]
+
+#: The document's start: ``viewAt`` is the offset of its last key, the view (10 digits, fixed width).
+_VIEW_AT = re.compile(rb'\{"format":1,"viewAt":"([0-9]{10})"')
+_VIEW_KEY = b',"view":'
+#: A prepared view's stored form starts with its preparation's id (``RunCatalog.state_bytes``).
+_CATALOG_VERSION = re.compile(rb'\{"catalogVersion":"([0-9a-f]{1,64})"')
+
+
+class StoredView(Mapping[str, Any]):
+    """A parked run's stored catalog view, parsed only when a key other than ``catalogVersion`` is read.
+
+    The view is tens of MB in a scope with large ``mcp`` schemas, and parsing it on the event
+    loop took about 0.2 s; a run resumed on the replica that prepared its catalog version
+    needs only the version's id (SPEC §3.1 item 6, §10.7 item 2).
+
+    Args:
+        data: The view's UTF-8 JSON (an object).
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``catalogVersion`` from the document's first bytes; any other key parses the view."""
+        if key == "catalogVersion" and "_parsed" not in self.__dict__:
+            found = _CATALOG_VERSION.match(self._data)
+            return found.group(1).decode() if found is not None else default
+        return super().get(key, default)
+
+    @cached_property
+    def _parsed(self) -> dict[str, Any]:
+        value = json.loads(self._data.decode("utf-8", "surrogatepass"))
+        if not isinstance(value, dict):
+            raise RunDecodeError("the stored catalog view is not a JSON object")
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        return self._parsed[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._parsed)
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+
+def split_document(body: bytes) -> tuple[dict[str, Any], StoredView | None]:
+    """A run document's keys other than ``view``, parsed, and its view, not parsed yet.
+
+    Documents written by :func:`encode_run` name where their view starts (``viewAt``), so
+    only the small head is parsed here; an older document without it is parsed whole.
+
+    Raises:
+        ValueError: The document is not JSON (``UnicodeDecodeError`` for bad UTF-8).
+    """
+    found = _VIEW_AT.match(body)
+    at = int(found.group(1)) if found is not None else -1
+    if at > 0 and body[at : at + len(_VIEW_KEY)] == _VIEW_KEY and body.endswith(b"}"):
+        head = json.loads(body[:at].decode("utf-8", "surrogatepass") + "}")
+        return head, StoredView(bytes(memoryview(body)[at + len(_VIEW_KEY) : -1]))
+    doc = json.loads(body.decode("utf-8", "surrogatepass"))
+    if not isinstance(doc, dict):
+        raise ValueError("a run document is a JSON object")
+    view = doc.pop("view", None)
+    return doc, StoredView(_utf8(view)) if view is not None else None
+
+
+def _utf8(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
 class RunDecodeError(ValueError):
@@ -72,6 +143,7 @@ def encode_run(run: Run) -> bytes:
     order = {p.bridge_id: i for i, p in enumerate(settled)}
     doc = {
         "format": FORMAT,
+        "viewAt": "0" * 10,  # the view's offset, written below at the same width
         "runId": run.run_id,
         "sessionId": run.session_id,
         "agentRunId": run.agent_run_id,
@@ -96,10 +168,13 @@ def encode_run(run: Run) -> bytes:
         "engineBuildId": run.engine_build_id,
         "execSpan": _span_doc(run.exec_span_context),
     }
-    head = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+    head = _utf8(doc)
     # The catalog view is tens of MB in a scope with large mcp schemas: its bytes come as they
-    # are (built once per catalog version, off the loop), spliced in as the last key.
-    return b"".join((head[:-1], b',"view":', run.view.state_bytes(), b"}"))
+    # are (built once per catalog version, off the loop), spliced in as the last key, and
+    # the head names where it starts so a reader parses it only when it needs it (split_document).
+    at = len(head) - 1
+    head = head.replace(b'"viewAt":"0000000000"', f'"viewAt":"{at:010d}"'.encode(), 1)
+    return b"".join((head[:-1], _VIEW_KEY, run.view.state_bytes(), b"}"))
 
 
 def decode_run(record: RunRecord, restore_view: ViewRestorer) -> Run:
@@ -112,11 +187,13 @@ def decode_run(record: RunRecord, restore_view: ViewRestorer) -> Run:
         RunDecodeError: The document is malformed or of a newer format.
     """
     try:
-        doc = json.loads(record.body.decode("utf-8", "surrogatepass"))
+        doc, stored_view = split_document(record.body)
         if doc.get("format") != FORMAT:
             raise RunDecodeError(f"run document format {doc.get('format')!r} is not {FORMAT}")
+        if stored_view is None:
+            raise KeyError("view")
         scope = (doc["sessionId"], doc["agentRunId"])
-        view = restore_view(doc["view"], scope)
+        view = restore_view(stored_view, scope)
         run = Run(
             run_id=doc["runId"],
             session_id=scope[0],

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -22,7 +21,7 @@ import structlog
 
 from cellblock.server import messages as msg
 from cellblock.server.limits import SUSPENDED_RUN_CAP
-from cellblock.server.runs._codec import RunDecodeError, ViewRestorer, decode_run, encode_run
+from cellblock.server.runs._codec import RunDecodeError, ViewRestorer, decode_run, encode_run, split_document
 from cellblock.server.runs._policy import reject
 from cellblock.server.runs._protocol import ClaimBusy, ClaimCancelled, Claimed, ClaimForeign, ClaimResult, ClaimUnknown, Provenance
 from cellblock.server.runs._state import PendingRequest, Run
@@ -71,8 +70,8 @@ def _summary_of_run(run: Run) -> RunSummary:
 def _summary_of_record(record: RunRecord, now: float) -> RunSummary:
     doc: dict[str, Any] = {}
     if record.body:
-        with contextlib.suppress(ValueError):
-            doc = json.loads(record.body.decode("utf-8", "surrogatepass"))
+        with contextlib.suppress(ValueError):  # the head only: the catalog view is not parsed (SPEC §3.1 item 6)
+            doc = split_document(record.body)[0]
     state = "suspended" if record.state == "suspended" or (record.snapshot_size and not record.leased(now)) else "running"
     return RunSummary(
         record.run_id, record.session_id, record.agent_run_id, state, str(doc.get("toolCallId", "")), record.created_at, record.expires_at,
