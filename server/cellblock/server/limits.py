@@ -191,6 +191,15 @@ MAX_SCHEMA_DEPTH = 128
 SMALL_JOB_CHARS = 16 * 1024
 """Worker inputs up to this many characters use the small lane of the worker pool."""
 
+INLINE_JSON_CHARS = 64 * 1024
+"""Longest nested-call argument or tool result text read on the event loop; longer ones are read,
+checked and written in a worker process (``runs._large_json``; dense JSON costs the loop about
+30 ms per MB to read and write, and a float-heavy one up to 150 ms)."""
+
+LARGE_JSON_BUDGET_MS = 5000
+"""Time a worker may take to read and check one long argument or tool result text, milliseconds
+([B25], [B26]; a nested call's input also within its leg's deadline)."""
+
 REPEAT_BURST = 20
 """Warnings of one kind a leg writes in full before they are sampled (SPEC §13 item 8)."""
 

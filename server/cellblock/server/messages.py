@@ -393,12 +393,7 @@ def b14(path: str) -> str:
 
 
 def b19(tool_id: str) -> str:
-    """Returns [B19] for a nested call cancelled before it returned.
-
-    Args:
-        tool_id: The resolved catalog id, or the guest path of a namespace call; cut to
-            200 characters.
-    """
+    """Returns [B19] for a nested call cancelled before it returned (``tool_id``: the catalog id or guest path, cut to 200 characters)."""
     return f'Tool "{echo(tool_id)}" was cancelled before it returned.'
 
 
@@ -410,6 +405,16 @@ def b24(max_pending_tool_calls: int) -> str:
 def b23(method: str) -> str:
     """[B23]: the bridge request ``method`` nests deeper than the host serialises."""
     return f"this {method} request is nested too deeply for the bridge; send flatter data."
+
+
+def b25(method: str, size: int, budget_ms: int) -> str:
+    """[B25]: a long ``method`` request's JSON (``size`` characters) was not checked within ``budget_ms`` (SPEC §2.3)."""
+    return f"this {method} request's {size} characters of JSON could not be checked within the host's {budget_ms} ms budget; send less data."
+
+
+def b26(tool_id: str, size: int, budget_ms: int) -> str:
+    """[B26]: a tool's long result (``size`` characters) was not read within ``budget_ms`` (SPEC §2.3)."""
+    return f'Tool "{echo(tool_id)}" returned {size} characters of JSON, more than the host could read within its {budget_ms} ms budget; ask for less data.'
 
 
 # §14.5 Bridge protocol (logged as errors; the request is rejected).

@@ -12,6 +12,8 @@ EXPECTED = {
     "GuestData", "SchemaTexts", "SCHEMA_FIELDS", "guest_data", "registration_problem", "search_model",
     # GetToolSurface's definitions from the worker's schema texts (issue 11 item 1).
     "surface_definitions", "SurfaceDefinition",
+    # A worker process checks a long tool input or result against its entry's schema (issue 11 item 1).
+    "compile_schema",
 }  # fmt: skip
 
 

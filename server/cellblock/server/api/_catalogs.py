@@ -30,13 +30,13 @@ from cellblock.server.catalog import (
     CounterSnapshot,
     McpNamespace,
     SchemaTexts,
+    SurfaceDefinition,
     build_namespace,
     check_input_contract,
     check_output_contract,
     compact_json,
     entry_state,
     guest_data,
-    SurfaceDefinition,
     search_model,
     strict_json,
     surface_definitions,
@@ -45,7 +45,7 @@ from cellblock.server.catalog import (
 )
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.limits import REGISTRATION_BUDGET_MS
-from cellblock.server.runs import BridgeMethod, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry, start_catalog_part
+from cellblock.server.runs import BridgeMethod, JsonText, PreparedResult, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry, start_catalog_part
 from cellblock.server.workers import CpuPool
 
 log = structlog.get_logger("cellblock.leg")
@@ -240,7 +240,7 @@ class RunCatalog:
                 raise BridgeReplyError(msg.p04(str(path)), "internal")
             label = f"MCP.{path}"
             tool_input = args[2] if len(args) > 2 else {}
-            if not isinstance(tool_input, dict):
+            if not (isinstance(tool_input, dict) or (isinstance(tool_input, JsonText) and tool_input.is_object)):
                 # The controller refuses these itself (B14); a forged request gets the same reply.
                 raise BridgeReplyError(msg.b14(label), "input")
             return ResolvedCall(entry=entry, input=tool_input, replay_safe=False, label=label)
@@ -248,8 +248,11 @@ class RunCatalog:
         tool_id = args[0] if args else None
         entry = self._view.resolve(tool_id, helper)
         tool_input = args[1] if len(args) > 1 else {}
-        check_input_contract(entry, tool_input)
-        return ResolvedCall(entry=entry, input=tool_input, replay_safe=self.is_replay_safe_call(entry, tool_id), label=entry.id)
+        # A long input a worker read is checked in a worker too, before the call can go out (the leg does it).
+        unchecked = isinstance(tool_input, JsonText) and entry.input_validator is not None
+        if not unchecked:
+            check_input_contract(entry, tool_input)
+        return ResolvedCall(entry=entry, input=tool_input, replay_safe=self.is_replay_safe_call(entry, tool_id), label=entry.id, input_unchecked=unchecked)
 
     def project_result(self, method: str, call: ResolvedCall, outcome: ToolOutcome, inbox_bytes: int) -> object:
         """Turns a tool outcome into the value the guest receives.
@@ -277,6 +280,9 @@ class RunCatalog:
             if kind == ToolErrorKind.CANCELLED:
                 raise BridgeReplyError(msg.b19(label), "internal")
             raise BridgeReplyError(outcome.error_message or msg.b11(label), "internal")
+        prepared = outcome.prepared
+        if prepared is not None:
+            return _project_prepared(method, call, prepared, inbox_bytes, outcome.ok_json)
         size = len(outcome.ok_json.encode("utf-8", "surrogatepass"))
         if size > inbox_bytes:
             raise BridgeReplyError(msg.b12(label, size, inbox_bytes), "internal")
@@ -299,6 +305,32 @@ class RunCatalog:
     def is_replay_safe_call(entry: CatalogEntry, text: object) -> bool:
         """SPEC §10.8 item 1: exact host id, replaySafe and not sideEffecting."""
         return entry.source == "host" and text == entry.id and entry.replay_safe and not entry.side_effecting
+
+
+def _project_prepared(method: str, call: ResolvedCall, prepared: PreparedResult, inbox_bytes: int, ok_json: str) -> object:
+    """:meth:`RunCatalog.project_result` of a long result a worker read (``runs.PreparedResult``), as compact JSON text.
+
+    Same checks in the same order: the reply inbox [B12], JSON the host reads, the output
+    contract [B08] (checked on the loop only when the worker could not know the entry: a
+    result that arrived on another leg's stream than its call), then the ``call`` envelope
+    or the ``callValue`` unwrapping of ``details``.
+    """
+    entry, label = call.entry, call.label
+    if prepared.size > inbox_bytes:
+        raise BridgeReplyError(msg.b12(label, prepared.size, inbox_bytes), "internal")
+    if not prepared.valid:
+        raise BridgeReplyError(msg.not_json(label), "internal")
+    if entry.output_validator is not None:
+        if prepared.contract is not None and prepared.contract[0] == entry.id:
+            if not prepared.contract[1]:
+                raise BridgeReplyError(msg.b08(entry.id), "internal")
+        else:
+            check_output_contract(entry, strict_json(ok_json))
+    if method == BridgeMethod.CALL:
+        return JsonText(f'{{"tool":{compact_json(entry.compact())},"result":{prepared.result}}}', True)
+    if method == BridgeMethod.CALL_VALUE and prepared.details is not None:
+        return JsonText(prepared.details, prepared.details.startswith("{"))
+    return JsonText(prepared.result, prepared.result.startswith("{"))
 
 
 def _utf8_json(value: Any) -> bytes:

@@ -13,13 +13,29 @@ import structlog
 from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
+from cellblock.server import messages as msg
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
 from cellblock.server.api._stream_ports import StreamPorts
-from cellblock.server.limits import MAX_SCOPE_ID_CHARS
-from cellblock.server.runs import CatalogPort, ErrorCode, LegReport, Run, Runner, RunStatus, Telemetry, ToolErrorKind, ToolOutcome, result_json
+from cellblock.server.catalog import CatalogEntry
+from cellblock.server.limits import INLINE_JSON_CHARS, LARGE_JSON_BUDGET_MS, MAX_SCOPE_ID_CHARS
+from cellblock.server.runs import (
+    CatalogPort,
+    ErrorCode,
+    LegReport,
+    Run,
+    Runner,
+    RunStatus,
+    Telemetry,
+    ToolErrorKind,
+    ToolOutcome,
+    portable,
+    result_in_worker,
+    result_json,
+)
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
+from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
 
@@ -94,8 +110,27 @@ async def _read_start(kind: str, iterator: AsyncIterator[Any], context: grpc.aio
     return start, scope
 
 
-async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts) -> None:
-    """Puts the runtime's tool results and cancel on the leg's queue until the stream ends."""
+async def _long_result(cpu: CpuPool, nested_call_id: str, ok_json: str, entry: CatalogEntry | None) -> ToolOutcome:
+    """A long tool result read, and checked against its output contract when the entry is known, in a worker (SPEC §3.1 item 6).
+
+    Reading megabytes of dense JSON and writing them again took the loop 240 ms for 7 MB. A
+    worker over its budget or gone fails the call with [B26].
+    """
+    checked = portable(entry) if entry is not None and entry.output_validator is not None else None
+    try:
+        prepared = await cpu.run(result_in_worker, ok_json, checked, budget_s=LARGE_JSON_BUDGET_MS / 1000.0, size=len(ok_json))
+    except (WorkBudgetExceeded, WorkerFailed):
+        label = entry.id if entry is not None else "this tool"
+        return ToolOutcome(nested_call_id, error_kind=ToolErrorKind.FAILED, error_message=msg.b26(label, len(ok_json), LARGE_JSON_BUDGET_MS))
+    return ToolOutcome(nested_call_id, ok_json=ok_json, prepared=prepared)
+
+
+async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: CpuPool) -> None:
+    """Puts the runtime's tool results and cancel on the leg's queue until the stream ends.
+
+    A long result is read in a worker first (:func:`_long_result`); the stream's later
+    messages wait for it, so results keep their order.
+    """
     try:
         async for message in iterator:
             which = message.WhichOneof("message")
@@ -105,7 +140,10 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts) -> Non
                     log.warning("tool_result.id_too_long", length=len(tr.nested_call_id))
                     continue  # never one of ours (SPEC §3.5 item 6)
                 outcome = tr.WhichOneof("outcome")
-                if outcome == "ok_json":
+                entry = ports.sent_calls.pop(tr.nested_call_id, None)
+                if outcome == "ok_json" and len(tr.ok_json) > INLINE_JSON_CHARS:
+                    ports.tool_result(await _long_result(cpu, tr.nested_call_id, tr.ok_json, entry))
+                elif outcome == "ok_json":
                     ports.tool_result(ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json))
                 elif outcome == "oversized_bytes":
                     ports.tool_result(ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes)))
@@ -211,7 +249,7 @@ class CodeModeService(pb_grpc.CodeModeServiceServicer):
             finally:
                 outbox.put_nowait(None)
 
-        reader = asyncio.ensure_future(_read_runtime(iterator, ports))
+        reader = asyncio.ensure_future(_read_runtime(iterator, ports, self._runner.cpu))
         leg = asyncio.ensure_future(run_leg())
         self._state.active_legs[id(leg)] = (scope, ports, leg)
         try:

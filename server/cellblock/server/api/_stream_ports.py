@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import trace
 
-from cellblock.server.catalog import CatalogEntry
-from cellblock.server.runs import BridgeMethod, LegPorts, PendingRequest, Run, ToolOutcome, compact_json, record_tool_outcome
+from cellblock.server.catalog import CatalogEntry, strict_json
+from cellblock.server.runs import BridgeMethod, JsonText, LegPorts, PendingRequest, Run, ToolOutcome, compact_json, record_tool_outcome
 from cellblock.v1 import code_mode_service_pb2 as pb
 from cellblock.v1 import common_pb2
 
@@ -82,6 +82,9 @@ class StreamPorts(LegPorts):
         self._outbox = outbox
         self.hosted = hosted
         self._settle = settle
+        #: The entry of each nested call sent on this stream and not answered yet, by nested call id:
+        #: a long result is checked against its output contract in the worker that reads it.
+        self.sent_calls: dict[str, CatalogEntry] = {}
 
     def dispatch(self, run: Run, request: PendingRequest) -> None:
         assert request.call is not None
@@ -99,8 +102,9 @@ class StreamPorts(LegPorts):
             owner=entry.owner,
             name=entry.name,
             method=_METHODS[request.method],
-            input_json=compact_json(request.call.input),
+            input_json=tool_input.text if isinstance(tool_input := request.call.input, JsonText) else compact_json(tool_input),
         )
+        self.sent_calls[call.nested_call_id] = entry
         self._outbox.put_nowait(self._response_type(tool_call=call))
 
     def _dispatch_hosted(self, hosted: HostedServers, run: Run, request: PendingRequest) -> None:
@@ -112,6 +116,8 @@ class StreamPorts(LegPorts):
         """
         assert request.call is not None
         tool_input = request.call.input
+        if isinstance(tool_input, JsonText):  # the MCP client takes the decoded object
+            tool_input = strict_json(tool_input.text)
         assert isinstance(tool_input, dict), "namespace calls take an object (resolve_call)"
 
         def done(outcome: ToolOutcome) -> None:

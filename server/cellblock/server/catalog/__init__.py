@@ -21,7 +21,7 @@ internals import the private modules by name (tests/unit/catalog).
 """
 
 from ._catalog import Catalog, CatalogCounters, CatalogView, CounterSnapshot
-from ._contracts import check_input_contract, check_output_contract
+from ._contracts import check_input_contract, check_output_contract, compile_schema
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
@@ -46,6 +46,7 @@ __all__ = [
     "check_input_contract",
     "check_output_contract",
     "compact_json",
+    "compile_schema",
     "entry_state",
     "exec_description",
     "guest_data",

@@ -12,6 +12,7 @@ output budget, SPEC §9) and ``_result`` (result objects, §10.5). Argument chec
 source preparation are ``cellblock.server.source``.
 """
 
+from cellblock.server.runs._large_json import JsonText, PreparedResult, portable, result_in_worker
 from cellblock.server.runs._leg import Leg
 from cellblock.server.runs._output import OutputBudget, compact_json, normalize_json
 from cellblock.server.runs._policy import record_tool_outcome, reply_inbox_bytes
@@ -60,6 +61,7 @@ __all__ = [
     "FailurePhase",
     "GuestMessage",
     "HostedSettled",
+    "JsonText",
     "Leg",
     "LegEvent",
     "LegOutcome",
@@ -67,6 +69,7 @@ __all__ = [
     "LegReport",
     "OutputBudget",
     "PendingRequest",
+    "PreparedResult",
     "Provenance",
     "ResolvedCall",
     "Run",
@@ -85,8 +88,10 @@ __all__ = [
     "failed_result",
     "make_telemetry",
     "normalize_json",
+    "portable",
     "record_tool_outcome",
     "reply_inbox_bytes",
+    "result_in_worker",
     "result_json",
     "start_catalog_part",
     "waiting_result",

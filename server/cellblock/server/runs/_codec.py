@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
 from functools import cached_property
@@ -24,6 +25,7 @@ from typing import Any
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from cellblock.server.config import Limits
+from cellblock.server.runs._large_json import JsonText
 from cellblock.server.runs._output import OutputBudget
 from cellblock.server.runs._ports import CatalogPort
 from cellblock.server.runs._protocol import BridgeMethod, Provenance, ResolvedCall, Settlement
@@ -106,6 +108,23 @@ def _utf8(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
+def _with_texts(doc: dict[str, Any]) -> bytes:
+    """:func:`_utf8` of a document whose pending arguments may hold :class:`JsonText`: their texts spliced in as they are."""
+    texts: list[str] = []
+    nonce = secrets.token_hex(8)
+
+    def mark(value: object) -> str:
+        if not isinstance(value, JsonText):
+            raise TypeError(f"not JSON: {type(value).__name__}")
+        texts.append(value.text)
+        return f"\0{nonce}:{len(texts) - 1}\0"
+
+    body = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, default=mark).encode("utf-8", "surrogatepass")
+    for i, text in enumerate(texts):
+        body = body.replace(f'"\\u0000{nonce}:{i}\\u0000"'.encode(), text.encode("utf-8", "surrogatepass"), 1)
+    return body
+
+
 class RunDecodeError(ValueError):
     """A stored run document this code cannot read."""
 
@@ -168,7 +187,7 @@ def encode_run(run: Run) -> bytes:
         "engineBuildId": run.engine_build_id,
         "execSpan": _span_doc(run.exec_span_context),
     }
-    head = _utf8(doc)
+    head = _with_texts(doc)
     # The catalog view is tens of MB in a scope with large mcp schemas: its bytes come as they
     # are (built once per catalog version, off the loop), spliced in as the last key, and
     # the head names where it starts so a reader parses it only when it needs it (split_document).

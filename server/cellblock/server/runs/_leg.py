@@ -1,14 +1,12 @@
 """One leg of a run in a cell: start it, attach it, drive its settle loop (SPEC §10.2-10.4).
 
-A leg owns exactly one cell. It starts it (or takes a warm or, under cell reuse, its
-scope's kept cell), feeds it the program (or the snapshot), answers its bridge requests,
-forwards nested calls to the runtime, enforces the deadline with the host watchdog, and
-ends with one result. Every path out of :meth:`Leg.run` destroys the cell and removes its
-socket directory, unless cell reuse keeps it for the scope's next leg (SPEC §16.2,
-:mod:`~cellblock.server.runs._reuse_rule`). Request policy is :mod:`~cellblock.server.runs._policy`,
-the shared settle-loop parts :mod:`~cellblock.server.runs._settle`, the mapping of a guest's
-failure :mod:`~cellblock.server.runs._guest_failure`, and the bounded wait for a cell
-:mod:`~cellblock.server.runs._cell_wait`.
+A leg owns exactly one cell. It starts it (or takes a warm or, under cell reuse, its scope's kept cell), feeds it
+the program (or the snapshot), answers its bridge requests, forwards nested calls to the runtime, enforces the
+deadline with the host watchdog, and ends with one result. Every path out of :meth:`Leg.run` destroys the cell and
+removes its socket directory, unless cell reuse keeps it for the scope's next leg (SPEC §16.2,
+:mod:`~cellblock.server.runs._reuse_rule`). Request policy is :mod:`~cellblock.server.runs._policy` (long arguments
+:mod:`~cellblock.server.runs._long_request`), the shared settle-loop parts :mod:`~cellblock.server.runs._settle`, the
+mapping of a guest's failure :mod:`~cellblock.server.runs._guest_failure`, the wait for a cell :mod:`~cellblock.server.runs._cell_wait`.
 """
 
 from __future__ import annotations
@@ -29,6 +27,7 @@ from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, W
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
 from cellblock.server.runs._guest_failure import exit_failure
 from cellblock.server.runs._leg_end import LegEnding
+from cellblock.server.runs._long_request import admit_long_request, is_long_request
 from cellblock.server.runs._output import NotSerializableError, is_output_entry
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
@@ -37,6 +36,7 @@ from cellblock.server.runs._snapshot_in import SnapshotIn
 from cellblock.server.runs._start import start_message
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace
+from cellblock.server.workers import CpuPool, cpu_pool
 
 #: Snapshot bytes per bridge message, both directions.
 _CHUNK = bpb.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
@@ -59,6 +59,7 @@ class Leg(LegEnding):
         pool: Warm cells, if the deployment keeps any.
         cell_wait_s: Bound on waiting for a cell (start and attach), outside the program's budget ([R21]).
         scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``), else ``None``.
+        cpu: Worker processes for long JSON arguments (default: the process-wide pool).
     """
 
     def __init__(
@@ -76,8 +77,10 @@ class Leg(LegEnding):
         pool: WarmPool | None = None,
         cell_wait_s: float = DEFAULT_CELL_WAIT_MS / 1000,
         scope_cells: ScopeCells | None = None,
+        cpu: CpuPool | None = None,
     ) -> None:
         super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot, slot_cap=slot_cap)
+        self.cpu = cpu or cpu_pool()
         self.executor = executor
         self.socket_base = socket_base
         self.source = source
@@ -268,15 +271,15 @@ class Leg(LegEnding):
         async with asyncio.timeout(max(0.0, timeout)):
             return await events.get()
 
-    def _on_guest(self, message: bpb.AttachRequest | None) -> Awaitable[LegOutcome] | None:
+    def _on_guest(self, message: bpb.AttachRequest | None) -> Awaitable[LegOutcome | None] | None:
         self.trace.guest_spoke()
         if message is None:
             # The stream ended; the exit watcher reports how.
             return None
         which = message.WhichOneof("message")
         if which == "request":
-            self._on_request(message.request)
-        elif which == "output":
+            return self._on_request(message.request)
+        if which == "output":
             self._on_output(message.output.entry_json)
         elif which == "omission":
             self._on_omission(message.omission)
@@ -312,18 +315,32 @@ class Leg(LegEnding):
         self._bridge.send(bpb.AttachResponse(suspend=bpb.Suspend()))
 
     # ---------------------------------------------------------- requests
-    def _on_request(self, req: bpb.GuestRequest) -> None:
+    def _on_request(self, req: bpb.GuestRequest) -> Awaitable[None] | None:
+        if is_long_request(req):
+            return self._on_long_request(req)  # read in a worker, the leg's other events wait (SPEC §3.1 item 6)
         p = admit_request(self.run_, req, self._log, self._refusals_logged)
         if not isinstance(p, PendingRequest):
             if p is not None:
                 self._refuse_protocol(p)
-            return
+            return None
         loop = asyncio.get_running_loop()
         if refuse_over_host_limits(self.run_, p, loop.time()):
             self._in_doubt = True  # the controller's own layer let it through
             self.on_settled(p)  # the host's second layer answered it (B23/B24)
-            return
-        step = process_request(self.run_, p, loop.time())
+        else:
+            self._next_step(p, process_request(self.run_, p, loop.time()), loop)
+        return None
+
+    async def _on_long_request(self, req: bpb.GuestRequest) -> None:
+        loop = asyncio.get_running_loop()
+        done = await admit_long_request(self.run_, req, self.cpu, self.deadline - loop.time(), self._log, self._refusals_logged, loop.time)
+        self._in_doubt |= done.in_doubt
+        if isinstance(done.request, ProtocolViolation):
+            self._refuse_protocol(done.request)
+        elif done.request is not None:
+            self._next_step(done.request, done.step, loop) if done.step is not None else self.on_settled(done.request)
+
+    def _next_step(self, p: PendingRequest, step: Next, loop: asyncio.AbstractEventLoop) -> None:
         if self.run_.restart_safe:
             return  # held until the guest is idle (SPEC §10.8 item 2)
         match step:

@@ -19,6 +19,7 @@ from structlog.typing import FilteringBoundLogger
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.catalog import BridgeReplyError, strict_json
+from cellblock.server.runs._large_json import JsonText
 from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance, Settlement, ToolOutcome
@@ -63,7 +64,9 @@ def _reject_reply(run: Run, p: PendingRequest, exc: BridgeReplyError, now: float
     reject(run, p, exc.message, Provenance(exc.provenance), exc.code or "", now)
 
 
-def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int]) -> PendingRequest | ProtocolViolation | None:
+def admit_request(
+    run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger, refusals: dict[tuple[str, str], int], parsed: tuple[list[object] | None, bool] | None = None
+) -> PendingRequest | ProtocolViolation | None:
     """Checks a guest request's method and id and records it on the run (SPEC §8.2).
 
     A protocol violation (P01-P03, P05) is logged and returned for the leg to reject back;
@@ -74,6 +77,7 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
         req: The guest's request.
         leg_log: The leg's bound logger.
         refusals: The leg's refusal counts by ``(method, refusal kind)``.
+        parsed: ``args_json`` as a worker read it (``_large_json.args_in_worker``), else it is read here.
 
     Returns:
         The new pending request, the violation to reject back, or ``None`` when there
@@ -93,12 +97,15 @@ def admit_request(run: Run, req: bpb.GuestRequest, leg_log: FilteringBoundLogger
         # method's counter (its admitted and refused requests) is one already used.
         return _violation(run, req.bridge_id, msg.p03(req.bridge_id), leg_log)
     too_deep = False
-    try:
-        args = strict_json(req.args_json)
-    except RecursionError:  # deeper than the host's parser: [B23] in refuse_over_host_limits
-        args, too_deep = [], True
-    except ValueError:
-        args = None
+    if parsed is not None:
+        args, too_deep = parsed
+    else:
+        try:
+            args = strict_json(req.args_json)
+        except RecursionError:  # deeper than the host's parser: [B23] in refuse_over_host_limits
+            args, too_deep = [], True
+        except ValueError:
+            args = None
     if not isinstance(args, list):
         return _violation(run, req.bridge_id, msg.p05(req.bridge_id), leg_log)
     run.seen_bridge_ids.add(req.bridge_id)
@@ -170,7 +177,8 @@ def refuse_over_host_limits(run: Run, p: PendingRequest, now: float) -> bool:
     try:
         if p.too_deep:
             raise NotSerializableError("nesting is too deep for the serialiser")
-        compact_json(p.args)
+        if not any(isinstance(arg, JsonText) for arg in p.args):  # a worker already serialised those
+            compact_json(p.args)
     except NotSerializableError:
         if nested:
             count(run, BridgeMethod.CALL)
@@ -244,7 +252,7 @@ def settle_yields(run: Run, now: float) -> None:
 
 def dispatchable(p: PendingRequest) -> bool:
     """A resolved nested call that has not gone out and has no result yet."""
-    return p.method.nested and not p.dispatched and p.call is not None and p.result is None
+    return p.method.nested and not p.dispatched and p.call is not None and not p.call.input_unchecked and p.result is None
 
 
 def dispatch_request(run: Run, ports: LegPorts, p: PendingRequest) -> None:
@@ -296,7 +304,7 @@ def record_tool_outcome(run: Run, outcome: ToolOutcome, now: float) -> PendingRe
         return p
     end_tool_call(run, p.nested_call_id, "ok")
     try:
-        p.result = Settlement.value(compact_json(value))
+        p.result = Settlement.value(value.text if isinstance(value, JsonText) else compact_json(value))
     except NotSerializableError:
         reject(run, p, msg.not_json(label), Provenance.INTERNAL, "", now)
         return p

@@ -26,6 +26,7 @@ from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 
 if TYPE_CHECKING:
     from cellblock.server.catalog import CatalogEntry
+    from cellblock.server.runs._large_json import PreparedResult
     from cellblock.server.runs._state import Run
 
 __all__ = [
@@ -189,12 +190,15 @@ class ResolvedCall:
         replay_safe: SPEC §10.8 item 1 (always False for ``namespace`` calls).
         label: The ``<id>`` of tool messages: the entry id, or the guest path
             (``MCP.<path>``) of a namespace call (SPEC §14).
+        input_unchecked: The input is a long text (``runs.JsonText``) whose input contract
+            is still to be checked in a worker; such a call is never dispatched.
     """
 
     entry: CatalogEntry
     input: object
     replay_safe: bool
     label: str
+    input_unchecked: bool = False
 
 
 # ------------------------------------------------------------------ leg events
@@ -209,6 +213,8 @@ class ToolOutcome:
         error_message: The runtime's message for a failure.
         oversized_bytes: The size in bytes of a result the runtime could not
             send because it exceeds the service's message cap (the guest gets [B12]).
+        prepared: A long ``ok_json`` as a worker process read it (``runs.PreparedResult``):
+            the loop sends on its compact text and does not read ``ok_json`` again.
     """
 
     nested_call_id: str
@@ -216,6 +222,7 @@ class ToolOutcome:
     error_kind: ToolErrorKind | str = ""
     error_message: str = ""
     oversized_bytes: int = 0
+    prepared: PreparedResult | None = None
 
 
 @dataclass(frozen=True)

@@ -303,6 +303,7 @@ class Runner:
             pool=self.pool,
             cell_wait_s=self.cell_wait_ms / 1000.0,
             scope_cells=self.scope_cells,
+            cpu=self.cpu,
         )
 
     async def _run_leg(self, leg: Leg, telemetry: Telemetry) -> LegReport:

@@ -1,0 +1,146 @@
+"""Megabytes of JSON between a cell and the runtime, checked in a worker process (SPEC §3.1 item 6).
+
+A nested call's input and a tool's result pass through the host as JSON text. The host
+must read them (strict JSON, nesting it can serialise, the contracts of §8.4) and write
+them again compactly (§0.3), and for a dense document of 7 MB that took 230-250 ms of the
+shared event loop: the C decoder and encoder hold the GIL, so a thread would not free it.
+Texts longer than :data:`~cellblock.server.limits.INLINE_JSON_CHARS` are therefore read,
+checked and written here, in the worker pool (:mod:`cellblock.server.workers`), within
+:data:`~cellblock.server.limits.LARGE_JSON_BUDGET_MS` and the leg's deadline; the loop
+gets the compact text back as a :class:`JsonText` and sends it on as it is. Shorter texts
+stay on the loop: a worker hop costs more than reading them.
+
+Every function here named ``*_in_worker`` runs in a worker process; its arguments and
+results pickle (strings move at memory speed, decoded JSON would not).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from cellblock.server.catalog import BridgeReplyError, CatalogEntry, check_input_contract, check_output_contract, compile_schema, strict_json
+from cellblock.server.runs._output import NotSerializableError, compact_json
+
+__all__ = ["JsonText", "PreparedResult", "args_in_worker", "input_check_in_worker", "portable", "result_in_worker"]
+
+
+@dataclass(frozen=True)
+class JsonText:
+    """A JSON object or array the host has checked, as its compact JSON text (SPEC §0.3 item 2).
+
+    Stands for the decoded value in a pending request's arguments and a resolved call's
+    input, so the loop never decodes or encodes it: the dispatch sends ``text`` as the
+    ``ToolCall``'s ``input_json``, a parked run's document splices it in.
+
+    Attributes:
+        text: The compact JSON.
+        is_object: True for an object, False for an array.
+    """
+
+    text: str
+    is_object: bool
+
+
+def _as_text(value: object) -> object:
+    if isinstance(value, dict | list):
+        return JsonText(compact_json(value), isinstance(value, dict))
+    return value
+
+
+def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | None, bool]:
+    """Reads a nested call's arguments as ``policy.admit_request`` does on the loop.
+
+    Args:
+        args_json: The bridge request's ``args_json``.
+        first_input: Index of the tool input in the arguments (1 for ``call`` and
+            ``callValue``, 2 for ``namespace``); it and every later object or array
+            argument come back as :class:`JsonText`, earlier ones (the id, the path) as values.
+
+    Returns:
+        ``(args, too_deep)``: ``args`` is ``None`` when the text is not a JSON array
+        ([P05]); ``too_deep`` when it nests deeper than the host parses or serialises ([B23]).
+    """
+    try:
+        args = strict_json(args_json)
+    except RecursionError:
+        return [], True
+    except ValueError:
+        return None, False
+    if not isinstance(args, list):
+        return None, False
+    try:
+        compact_json(args)
+        return [*args[:first_input], *(_as_text(a) for a in args[first_input:])], False
+    except NotSerializableError:
+        return [], True
+
+
+def portable(entry: CatalogEntry) -> CatalogEntry:
+    """The entry without its compiled validators, for a worker process (it compiles its own)."""
+    return dataclasses.replace(entry, input_validator=None, output_validator=None)
+
+
+def input_check_in_worker(entry: CatalogEntry, text: str) -> tuple[str, str, str | None] | None:
+    """Checks a tool input against ``entry``'s ``parameters`` (SPEC §8.4 item 1), with the loop's own code.
+
+    Args:
+        entry: A :func:`portable` ``host`` entry with ``parameters``.
+        text: The input's compact JSON.
+
+    Returns:
+        ``None`` when it matches, else the [B10] reply as ``(message, provenance, code)``.
+    """
+    checked = dataclasses.replace(entry, input_validator=compile_schema(entry.parameters, "parameters", check=False))
+    try:
+        check_input_contract(checked, strict_json(text))
+    except BridgeReplyError as exc:
+        return exc.message, exc.provenance, exc.code
+    return None
+
+
+@dataclass(frozen=True)
+class PreparedResult:
+    """A runtime's JSON tool result as a worker read it (:func:`result_in_worker`).
+
+    Attributes:
+        size: Its UTF-8 size in bytes (the reply inbox check, [B12]).
+        valid: It is JSON the host can read and serialise; when False the guest gets the
+            "not valid JSON" reply.
+        result: The compact JSON of the whole result.
+        details: The compact JSON of its own ``details`` key when it is an object that has one, else ``None``.
+        contract: For the entry id named, whether ``details`` match its ``outputSchema``
+            (SPEC §8.4 item 2); ``None`` when no contract was checked.
+    """
+
+    size: int
+    valid: bool
+    result: str = ""
+    details: str | None = None
+    contract: tuple[str, bool] | None = None
+
+
+def result_in_worker(ok_json: str, entry: CatalogEntry | None) -> PreparedResult:
+    """Reads a tool result as ``RunCatalog.project_result`` does on the loop.
+
+    Args:
+        ok_json: The runtime's ``ok_json``.
+        entry: The :func:`portable` entry called, when it has an ``outputSchema`` to check; else ``None``.
+    """
+    size = len(ok_json.encode("utf-8", "surrogatepass"))
+    try:
+        value: Any = strict_json(ok_json)
+        result = compact_json(value)
+        details = compact_json(value["details"]) if isinstance(value, dict) and "details" in value else None
+    except (ValueError, RecursionError):  # NotSerializableError is a ValueError
+        return PreparedResult(size, False)
+    contract = None
+    if entry is not None and entry.output_schema is not None:
+        checked = dataclasses.replace(entry, output_validator=compile_schema(entry.output_schema, "outputSchema", check=False))
+        try:
+            check_output_contract(checked, value)
+            contract = (entry.id, True)
+        except BridgeReplyError:
+            contract = (entry.id, False)
+    return PreparedResult(size, True, result, details, contract)
