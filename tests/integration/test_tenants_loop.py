@@ -164,7 +164,7 @@ async def test_a_schema_nested_past_the_cap_is_refused_with_its_reason(service: 
 #: tests/unit/api/test_prepared_views.py pin the mechanisms themselves.
 LOOP_HOLD_BOUND_S = 0.1
 
-_LOOP_CASES = ["put_host", "put_mcp", "exec_only", "describe", "tool_input", "tool_output", "search", "output", "park"]
+_LOOP_CASES = ["put_host", "put_mcp", "exec_only", "describe", "tool_input", "tool_output", "search", "output", "park", "dense_input", "dense_output", "surface", "park_dense"]
 
 
 @pytest.mark.parametrize("case", _LOOP_CASES)
@@ -179,8 +179,8 @@ async def test_a_megabyte_request_holds_the_loop_briefly(service: Any, client: C
         assert proc.returncode == 0, out
         return dict(_json.loads(out.decode().strip().splitlines()[-1]))
 
-    if case == "exec_only":
-        assert (await child("put_mcp", session))["ok"]
+    if case in ("exec_only", "surface"):  # the scope's big catalog is registered first, outside the measurement
+        assert (await child("put_mcp" if case == "exec_only" else "surface_put", session))["ok"]
     monitor = service.loop_monitor
     monitor.reset()
     assert (await child("small", session + "-small"))["ok"]  # the baseline: same steps with kilobytes, same moment
@@ -224,3 +224,22 @@ async def test_a_new_catalog_version_reaches_the_next_leg_never_the_old_one(clie
     assert await seen(2) == {"ids": ["host:core:a"], "props": ["second"], "hits": [], "mcp": ["fresh"]}
     await client.put_catalog(scope, [tool("b", "third", "zebra")], mode="merge")
     assert await seen(3) == {"ids": ["host:core:a", "host:core:b"], "props": ["second"], "hits": ["host:core:b"], "mcp": ["fresh"]}
+
+
+async def test_the_tool_surface_is_each_catalog_versions_own(client: CellblockClient, scope: Scope) -> None:
+    # GetToolSurface answers with a response serialized once per catalog version and engagement:
+    # the next registration's surface is never the kept one.
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}}
+
+    async def names() -> tuple[bool, list[str], list[Any]]:
+        surface = await client.tool_surface(scope, "anthropic/claude-opus-5")
+        return surface.code_mode_engaged, [t.name for t in surface.tools], [t.parameters for t in surface.tools]
+
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="a"), Tool(source="client", owner="app", name="d", direct_only=True, parameters=schema)])
+    first = await names()
+    assert first[:2] == (True, ["exec", "wait", "d"]) and first[2][2] == schema
+    assert await names() == first
+    await client.put_catalog(scope, [Tool(source="client", owner="app", name="e", direct_only=True)])
+    assert (await names())[:2] == (False, ["e"])
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="b")], mode="merge")
+    assert (await names())[:2] == (True, ["exec", "wait", "e"])

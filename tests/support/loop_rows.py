@@ -48,9 +48,64 @@ async def _exec(client: CellblockClient, scope: Scope, **kwargs: Any) -> Any:
     return await client.exec(scope, **kwargs)
 
 
+#: A dense JSON document of about 7 MB (200,000 small objects with a float each): the C decoder and
+#: encoder, and the float fix-up of compact JSON, are slowest on this shape.
+DENSE_ROWS = 200_000
+DENSE_JS = "Array.from({length: %d}, (_, i) => ({i, f: i + 0.5, b: true}))"
+#: 100 schemas of about 390 KB (2,600 properties each) for the tool surface.
+SURFACE_TOOLS, SURFACE_PROPS = 100, 2_600
+OBJECT = {"type": "object"}
+
+
+def _dense_rows(rows: int) -> Any:
+    async def handler(_input: dict[str, Any], _info: Any) -> dict[str, Any]:
+        return {"details": {"rows": [{"i": i, "f": i + 0.5, "b": True} for i in range(rows)]}}
+
+    return handler
+
+
 def many_tools(count: int, description_chars: int) -> list[Tool]:
     """``count`` host tools whose descriptions all match the query ``"alpha"``."""
     return [Tool(source="host", owner="core", name=f"t{i}", description="alpha " + "d" * description_chars, parameters=wide_schema(5)) for i in range(count)]
+
+
+_DENSE_CASES = ("put_mcp", "surface_put", "dense_input", "dense_output", "surface", "park_dense")
+
+
+async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: int, big: LimitOverrides) -> dict[str, Any]:
+    """The cases of big mcp catalogs, dense JSON, big tool surfaces and parked runs of a dense catalog (see :func:`run_case`)."""
+    if case == "put_mcp":
+        await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
+        return {"ok": True}
+    if case == "surface_put":
+        tools = [Tool(source="client", owner="app", name=f"s{i}", direct_only=True, parameters=wide_schema(SURFACE_PROPS)) for i in range(SURFACE_TOOLS)]
+        await client.put_catalog(scope, tools)
+        return {"ok": True}
+    if case == "dense_input":  # checked against a schema, so the input contract runs too
+        await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo", parameters=OBJECT)])
+        code = f'return (await tools.callValue("host:core:echo", {{xs: {DENSE_JS % DENSE_ROWS}}})).n;'
+        result = await _exec(client, scope, tool_call_id="di", code=code, handlers={"host:core:echo": _echo}, limits=big)
+    elif case == "dense_output":  # with an outputSchema, so the output contract runs too
+        await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows", output_schema=OBJECT)])
+        code = "return (await tools.callValue('host:core:rows', {})).rows.length;"
+        result = await _exec(client, scope, tool_call_id="do", code=code, handlers={"host:core:rows": _dense_rows(DENSE_ROWS)}, limits=big)
+    elif case == "surface":  # the scope was registered before (surface_put): only the surface is measured
+        for model in ("", "anthropic/claude-opus-5", ""):
+            surface = await client.tool_surface(scope, model)
+        return {"ok": len(surface.tools) >= SURFACE_TOOLS, "tools": len(surface.tools)}
+    elif case == "park_dense":  # a run parks in a scope with a dense mcp catalog; ListRuns and Wait read it
+        await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
+        first = await _exec(client, scope, tool_call_id="pd", code='return await yield_control("x");', handlers={}, limits=big)
+        if first.status != "waiting":
+            return {"ok": False, "status": first.status, "error": first.error[:300] if first.error else ""}
+        for _ in range(3):
+            listed = await client.list_runs(scope)
+        result = await client.wait(scope, tool_call_id="pd2", run_id=first.run_id, handlers={})
+        if len(listed.runs) != 1:
+            return {"ok": False, "listed": len(listed.runs)}
+    else:
+        raise SystemExit(f"unknown case {case}")
+    return {"ok": result.status == "completed", "status": result.status, "error": result.error[:300] if result.error else ""}
 
 
 async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
@@ -59,12 +114,12 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     small = case == "small"
     props = 20 if small else WIDE
     chars = 2_000 if small else 2_300_000
+    big = LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000)
     async with await CellblockClient.connect(address) as client:
+        if case in _DENSE_CASES:
+            return await _dense_case(client, scope, case, props, big)
         if case in ("put_host", "small"):
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
-            return {"ok": True}
-        if case == "put_mcp":
-            await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
             return {"ok": True}
         if case == "describe":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])

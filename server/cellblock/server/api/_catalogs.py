@@ -44,7 +44,7 @@ from cellblock.server.catalog import (
     view_state,
 )
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.limits import REGISTRATION_BUDGET_MS
+from cellblock.server.limits import LARGE_JSON_BUDGET_MS, REGISTRATION_BUDGET_MS
 from cellblock.server.runs import BridgeMethod, JsonText, PreparedResult, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry, start_catalog_part
 from cellblock.server.workers import CpuPool
 
@@ -310,7 +310,7 @@ class RunCatalog:
 def _project_prepared(method: str, call: ResolvedCall, prepared: PreparedResult, inbox_bytes: int, ok_json: str) -> object:
     """:meth:`RunCatalog.project_result` of a long result a worker read (``runs.PreparedResult``), as compact JSON text.
 
-    Same checks in the same order: the reply inbox [B12], JSON the host reads, the output
+    Same checks in the same order: the reply inbox [B12], a worker over its budget [B26], JSON the host reads, the output
     contract [B08] (checked on the loop only when the worker could not know the entry: a
     result that arrived on another leg's stream than its call), then the ``call`` envelope
     or the ``callValue`` unwrapping of ``details``.
@@ -318,6 +318,8 @@ def _project_prepared(method: str, call: ResolvedCall, prepared: PreparedResult,
     entry, label = call.entry, call.label
     if prepared.size > inbox_bytes:
         raise BridgeReplyError(msg.b12(label, prepared.size, inbox_bytes), "internal")
+    if prepared.overran:
+        raise BridgeReplyError(msg.b26(label, len(ok_json), LARGE_JSON_BUDGET_MS), "internal")
     if not prepared.valid:
         raise BridgeReplyError(msg.not_json(label), "internal")
     if entry.output_validator is not None:
@@ -380,6 +382,7 @@ class ScopeCatalog:
         self.schema_texts: SchemaTexts = {}
         """Compact JSON of each entry's schemas, written in the worker at registration (``_catalog_message``)."""
         self._surfaces: tuple[CatalogView | None, dict[bool, list[SurfaceDefinition]]] = (None, {})
+        self._surface_responses: tuple[CatalogView | None, dict[bool, bytes]] = (None, {})
 
     def set_prepared(self, prepared: PreparedView, size: int = 0) -> None:
         """Keeps what a worker built for ``prepared.view`` while that is still the catalog's current view."""
@@ -430,3 +433,16 @@ class ScopeCatalog:
         if engaged not in surfaces:
             surfaces[engaged] = surface_definitions(view, config, model_id, self.schema_texts)[1]
         return engaged, surfaces[engaged]
+
+    def surface_response(self, view: CatalogView, engaged: bool) -> bytes | None:
+        """The serialized ``GetToolSurface`` response kept for ``view`` (the current one) and ``engaged``, if any."""
+        kept_view, responses = self._surface_responses
+        return responses.get(engaged) if kept_view is view and view is self.catalog.view else None
+
+    def keep_surface_response(self, view: CatalogView, engaged: bool, data: bytes) -> None:
+        """Keeps a serialized ``GetToolSurface`` response of ``view``, while it is still the current version."""
+        if view is not self.catalog.view:
+            return  # registered again while it was built
+        if self._surface_responses[0] is not view:
+            self._surface_responses = (view, {})
+        self._surface_responses[1][engaged] = data

@@ -13,7 +13,6 @@ import structlog
 from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
-from cellblock.server import messages as msg
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
@@ -24,6 +23,7 @@ from cellblock.server.runs import (
     CatalogPort,
     ErrorCode,
     LegReport,
+    PreparedResult,
     Run,
     Runner,
     RunStatus,
@@ -37,7 +37,6 @@ from cellblock.server.runs import (
 from cellblock.server.telemetry import annotate_rpc, current_trace_id
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed
 from cellblock.v1 import code_mode_service_pb2 as pb
-from cellblock.v1 import code_mode_service_pb2_grpc as pb_grpc
 
 log = structlog.get_logger("cellblock.rpc")
 
@@ -120,8 +119,7 @@ async def _long_result(cpu: CpuPool, nested_call_id: str, ok_json: str, entry: C
     try:
         prepared = await cpu.run(result_in_worker, ok_json, checked, budget_s=LARGE_JSON_BUDGET_MS / 1000.0, size=len(ok_json))
     except (WorkBudgetExceeded, WorkerFailed):
-        label = entry.id if entry is not None else "this tool"
-        return ToolOutcome(nested_call_id, error_kind=ToolErrorKind.FAILED, error_message=msg.b26(label, len(ok_json), LARGE_JSON_BUDGET_MS))
+        prepared = PreparedResult(len(ok_json.encode("utf-8", "surrogatepass")), False, overran=True)
     return ToolOutcome(nested_call_id, ok_json=ok_json, prepared=prepared)
 
 
@@ -168,21 +166,63 @@ def _log_completed(bound: FilteringBoundLogger, report: LegReport, started: floa
     getattr(bound, level)("rpc.completed", status=report.status, code=report.code or "", cell_id=report.cell_id or None, **run_ids, duration_ms=int((time.monotonic() - started) * 1000))
 
 
-class CodeModeService(pb_grpc.CodeModeServiceServicer):
-    """The model-facing service."""
+_SERVICE = pb.DESCRIPTOR.services_by_name["CodeModeService"].full_name
+
+#: Characters of tool definitions serialized between two loop turns while a tool surface is built.
+_SURFACE_SLICE_CHARS = 1 << 20
+
+
+def _serialized(message: Message | bytes) -> bytes:
+    """A response's wire form; ``bytes`` are one already serialized (``GetToolSurface``)."""
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+class CodeModeService:
+    """The model-facing service (registered by :meth:`add_to_server`, not the generated base: it may answer with bytes)."""
 
     def __init__(self, state: ServiceState, runner: Runner) -> None:
         self._state = state
         self._runner = runner
 
-    async def GetToolSurface(self, request: pb.GetToolSurfaceRequest, context: grpc.aio.ServicerContext) -> pb.GetToolSurfaceResponse:  # noqa: N802
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        """Registers the service like the generated ``add_CodeModeServiceServicer_to_server``.
+
+        ``GetToolSurface`` may answer with its response already serialized (``bytes``).
+        """
+        handlers = {
+            "GetToolSurface": grpc.unary_unary_rpc_method_handler(self.GetToolSurface, request_deserializer=pb.GetToolSurfaceRequest.FromString, response_serializer=_serialized),
+            "Exec": grpc.stream_stream_rpc_method_handler(self.Exec, request_deserializer=pb.ExecRequest.FromString, response_serializer=pb.ExecResponse.SerializeToString),
+            "Wait": grpc.stream_stream_rpc_method_handler(self.Wait, request_deserializer=pb.WaitRequest.FromString, response_serializer=pb.WaitResponse.SerializeToString),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+        server.add_registered_method_handlers(_SERVICE, handlers)
+
+    async def GetToolSurface(self, request: pb.GetToolSurfaceRequest, context: grpc.aio.ServicerContext) -> pb.GetToolSurfaceResponse | bytes:  # noqa: N802
+        """The tool surface (SPEC §3.3), serialized once per catalog version and model engagement.
+
+        Tens of MB for a scope with large schemas: the response is built a tool at a time
+        between loop turns and kept with the catalog version (SPEC §3.1 item 6).
+        """
         scope = await require_scope(request.scope, context)
         catalog = self._state.catalogs.get(scope)
         if catalog is None:
             return pb.GetToolSurfaceResponse(code_mode_engaged=False)
+        view = catalog.catalog.view
         engaged, tools = catalog.tool_surface(self._state.config, request.model_id or None)
-        definitions = [pb.ToolDefinition(name=name, description=description, parameters_json=parameters) for name, description, parameters in tools]
-        return pb.GetToolSurfaceResponse(code_mode_engaged=engaged, tools=definitions)
+        kept: bytes | None = catalog.surface_response(view, engaged)
+        if kept is not None:
+            return kept
+        parts, size = [pb.GetToolSurfaceResponse(code_mode_engaged=engaged).SerializeToString()], 0
+        for name, description, parameters in tools:
+            # A repeated field's entries concatenate: one single-tool response per tool is the same wire form.
+            parts.append(pb.GetToolSurfaceResponse(tools=[pb.ToolDefinition(name=name, description=description, parameters_json=parameters)]).SerializeToString())
+            size += len(parameters)
+            if size > _SURFACE_SLICE_CHARS:
+                size = 0
+                await asyncio.sleep(0)
+        data = b"".join(parts)
+        catalog.keep_surface_response(view, engaged, data)
+        return data
 
     async def Exec(self, request_iterator: AsyncIterator[pb.ExecRequest], context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ExecResponse]:  # noqa: N802
         async for item in self._leg_stream("exec", request_iterator, context, pb.ExecResponse):

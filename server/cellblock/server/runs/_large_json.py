@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cellblock.server.catalog import BridgeReplyError, CatalogEntry, check_input_contract, check_output_contract, compile_schema, strict_json
+from cellblock.server.limits import INLINE_JSON_CHARS
 from cellblock.server.runs._output import NotSerializableError, compact_json
 
 __all__ = ["JsonText", "PreparedResult", "args_in_worker", "input_check_in_worker", "portable", "result_in_worker"]
@@ -44,7 +45,7 @@ class JsonText:
 
 
 def _as_text(value: object) -> object:
-    if isinstance(value, dict | list):
+    if isinstance(value, dict | list) or (isinstance(value, str) and len(value) > INLINE_JSON_CHARS):
         return JsonText(compact_json(value), isinstance(value, dict))
     return value
 
@@ -55,8 +56,9 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
     Args:
         args_json: The bridge request's ``args_json``.
         first_input: Index of the tool input in the arguments (1 for ``call`` and
-            ``callValue``, 2 for ``namespace``); it and every later object or array
-            argument come back as :class:`JsonText`, earlier ones (the id, the path) as values.
+            ``callValue``, 2 for ``namespace``); it and every later object, array or long
+            string argument come back as :class:`JsonText`, earlier ones (the id, the path)
+            as values.
 
     Returns:
         ``(args, too_deep)``: ``args`` is ``None`` when the text is not a JSON array
@@ -71,8 +73,9 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
     if not isinstance(args, list):
         return None, False
     try:
-        compact_json(args)
-        return [*args[:first_input], *(_as_text(a) for a in args[first_input:])], False
+        head = args[:first_input]
+        compact_json(head)  # the id and the path: serialisable like the rest
+        return [*head, *(_as_text(a) for a in args[first_input:])], False
     except NotSerializableError:
         return [], True
 
@@ -112,6 +115,7 @@ class PreparedResult:
         details: The compact JSON of its own ``details`` key when it is an object that has one, else ``None``.
         contract: For the entry id named, whether ``details`` match its ``outputSchema``
             (SPEC §8.4 item 2); ``None`` when no contract was checked.
+        overran: The worker did not read it within its budget (or died): the guest gets [B26].
     """
 
     size: int
@@ -119,6 +123,7 @@ class PreparedResult:
     result: str = ""
     details: str | None = None
     contract: tuple[str, bool] | None = None
+    overran: bool = False
 
 
 def result_in_worker(ok_json: str, entry: CatalogEntry | None) -> PreparedResult:
