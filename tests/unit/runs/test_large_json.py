@@ -134,5 +134,5 @@ def test_a_result_no_worker_read_within_its_budget_is_b26() -> None:
     view = _view()
     call = view.resolve_call("callValue", ["host:core:free", {}])
     outcome = ToolOutcome("n1", ok_json='{"a":123}', prepared=PreparedResult(9, False, overran=True))
-    with pytest.raises(BridgeReplyError, match=r'^Tool "host:core:free" returned 9 characters of JSON, more than the host could read within its 5000 ms budget; ask for less data\.$'):
+    with pytest.raises(BridgeReplyError, match=r'^Tool "host:core:free" returned 9 characters of JSON, more than the host could read within its 30000 ms budget; ask for less data\.$'):
         view.project_result("callValue", call, outcome, 1 << 30)
