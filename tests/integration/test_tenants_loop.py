@@ -243,3 +243,46 @@ async def test_the_tool_surface_is_each_catalog_versions_own(client: CellblockCl
     assert (await names())[:2] == (False, ["e"])
     await client.put_catalog(scope, [Tool(source="host", owner="core", name="b")], mode="merge")
     assert (await names())[:2] == (True, ["exec", "wait", "e"])
+
+
+async def test_long_tool_inputs_and_results_keep_every_check(client: CellblockClient, scope: Scope) -> None:
+    # Arguments and results over 64 KiB are read and checked in a worker process (SPEC §3.1 item 6):
+    # the input contract (B10), the nesting bound (B23), the output contract (B08) and both
+    # envelopes must answer exactly as they do for short ones.
+    strict = {"type": "object", "properties": {"k": {"type": "string"}, "xs": {"type": "array"}}, "required": ["k"]}
+    await client.put_catalog(
+        scope,
+        [
+            Tool(source="host", owner="core", name="strict", parameters=strict),
+            Tool(source="host", owner="core", name="free"),
+            Tool(source="host", owner="core", name="rows", output_schema={"type": "object", "required": ["n"]}),
+        ],
+    )
+    code = """
+        const pad = "p".repeat(70000);
+        const out = [];
+        const attempt = async (f) => { try { out.push(await f()); } catch (e) { out.push(e.code || e.message.slice(0, 60)); } };
+        await attempt(() => tools.callValue("host:core:strict", {xs: [pad]}));
+        await attempt(async () => (await tools.callValue("host:core:strict", {k: "v", xs: [pad]})).n);
+        let deep = [pad]; for (let i = 0; i < 3000; i++) deep = [deep];
+        await attempt(() => tools.callValue("host:core:free", {deep}));
+        await attempt(() => tools.callValue("host:core:rows", {}));
+        await attempt(async () => { const r = await tools.call("host:core:free", {k: pad}); return [r.tool.id, r.result.details.n]; });
+        return out;
+    """
+    pad = "p" * 70000
+
+    async def sized(tool_input: Any, _call: Any) -> Any:
+        return {"details": {"n": len(_json.dumps(tool_input))}}
+
+    async def rows(_input: Any, _call: Any) -> Any:
+        return {"details": {"wrong": pad}}
+
+    handlers = {"host:core:strict": sized, "host:core:free": sized, "host:core:rows": rows}
+    result = await client.exec(scope, tool_call_id="long", code=code, handlers=handlers)
+    assert result.status == "completed", result.raw_json
+    value = result.value
+    assert value[0] == "input_contract" and value[1] == len(_json.dumps({"k": "v", "xs": [pad]})), value
+    assert value[2].startswith("this callValue request is nested too deeply"), value[2]
+    assert value[3].startswith('Tool "host:core:rows" returned details that do not match'), value[3]
+    assert value[4] == ["host:core:free", len(_json.dumps({"k": pad}))], value[4]
