@@ -18,7 +18,7 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.limits import INLINE_JSON_CHARS, LARGE_JSON_BUDGET_MS
+from cellblock.server.limits import INLINE_JSON_CHARS, LARGE_JSON_BUDGET_MS, WATCHDOG_GRACE_MS
 from cellblock.server.runs._large_json import JsonText, args_in_worker, input_check_in_worker, portable
 from cellblock.server.runs._policy import Next, admit_request, count, process_request, refuse_over_host_limits, reject
 from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance
@@ -66,14 +66,21 @@ async def admit_long_request(
         run: The run.
         req: The guest's request.
         cpu: The worker pool.
-        left_s: Seconds until the leg's deadline (the budget is at most this).
+        left_s: Seconds until the leg's deadline (each worker call's budget ends there, or after the
+            watchdog's grace once it has passed).
         leg_log: The leg's bound logger.
         refusals: The leg's refusal counts by ``(method, refusal kind)``.
         clock: ``loop.time`` (settlement times).
     """
-    budget_s = min(LARGE_JSON_BUDGET_MS / 1000.0, max(0.0, left_s))
+    deadline = clock() + left_s
+
+    def budget_s() -> float:
+        # Within the leg's deadline; past it (the leg is parking) within the watchdog's grace, as
+        # a short request would still be admitted and held for the next wait.
+        return min(LARGE_JSON_BUDGET_MS / 1000.0, max(deadline - clock(), WATCHDOG_GRACE_MS / 1000.0))
+
     try:
-        parsed = await cpu.run(args_in_worker, req.args_json, _INPUT_AT[req.method], budget_s=budget_s, size=len(req.args_json))
+        parsed = await cpu.run(args_in_worker, req.args_json, _INPUT_AT[req.method], budget_s=budget_s(), size=len(req.args_json))
     except (WorkBudgetExceeded, WorkerFailed):
         parsed = None
     p = admit_request(run, req, leg_log, refusals, parsed=parsed or ([], False))
@@ -89,7 +96,7 @@ async def admit_long_request(
     call = p.call
     if step is Next.NESTED and call is not None and call.input_unchecked and isinstance(call.input, JsonText):
         try:
-            problem = await cpu.run(input_check_in_worker, portable(call.entry), call.input.text, budget_s=budget_s, size=len(call.input.text))
+            problem = await cpu.run(input_check_in_worker, portable(call.entry), call.input.text, budget_s=budget_s(), size=len(call.input.text))
         except (WorkBudgetExceeded, WorkerFailed):
             problem = (msg.b25(req.method, len(req.args_json), LARGE_JSON_BUDGET_MS), "input", None)
         if problem is not None:
