@@ -45,7 +45,7 @@ from cellblock.server.catalog import (
 )
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.limits import LARGE_JSON_BUDGET_MS, REGISTRATION_BUDGET_MS
-from cellblock.server.runs import BridgeMethod, JsonText, PreparedResult, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry, start_catalog_part
+from cellblock.server.runs import BridgeMethod, JsonText, PreparedResult, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry, portable, start_catalog_part
 from cellblock.server.workers import CpuPool
 
 log = structlog.get_logger("cellblock.leg")
@@ -347,11 +347,6 @@ def _start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]]
     return namespace, start_catalog_part(catalog_json), model, _utf8_json([entry_state(e) for e in entries]), len(catalog_json.encode("utf-8"))
 
 
-def _portable(entry: CatalogEntry) -> CatalogEntry:
-    """The entry without its compiled validators, for a worker process (they are not needed there)."""
-    return dataclasses.replace(entry, input_validator=None, output_validator=None)
-
-
 async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPool, size: int) -> PreparedView:
     """Builds a view's namespace and ``Start`` catalog part in a worker process (SPEC §8.5, §8.6, §2.3).
 
@@ -365,7 +360,7 @@ async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPoo
         WorkBudgetExceeded: It took longer than the registration budget.
         WorkerFailed: The worker died.
     """
-    entries = [_portable(entry) for entry in view.entries]
+    entries = [portable(entry) for entry in view.entries]
     namespace, part, model, entries_json, catalog_bytes = await cpu.run(_start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
     return PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
 

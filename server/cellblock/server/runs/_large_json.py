@@ -81,7 +81,7 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
 
 
 def portable(entry: CatalogEntry) -> CatalogEntry:
-    """The entry without its compiled validators, for a worker process (it compiles its own)."""
+    """The entry without its compiled validators, for a worker process (they do not pickle; a worker that checks compiles its own)."""
     return dataclasses.replace(entry, input_validator=None, output_validator=None)
 
 
