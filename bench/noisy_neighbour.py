@@ -137,7 +137,7 @@ DEEP_VALUE = "let v = 0; for (let i = 0; i < 100000; i++) v = [v]; return v;"
 REGEX = 'for (let n = 20; n < 30; n++) { try { await tools.callValue("host:core:match", {s: "a".repeat(n) + "!"}); } catch (e) {} } return 1;'
 SMUGGLE = 'let k = 0; const a = { toJSON() { if (k++ < 40) tools.callValue("host:core:echo", a).catch(() => {}); return {}; } }; try { await tools.callValue("host:core:echo", a); } catch (e) {} return 1;'
 STORM = "for (let i = 0; i < 3000; i++) { try { setTimeout(() => {}, 1); } catch (e) {} } return 1;"
-BIG_INPUT = f'const r = await tools.callValue("host:core:echo", {{s: "x".repeat({BIG_BYTES})}}); return r.details.s.length;'
+BIG_INPUT = f'const r = await tools.callValue("host:core:echo", {{s: "x".repeat({BIG_BYTES})}}); return r.s.length;'
 BIG_OUTPUT = 'const r = await tools.callValue("host:core:big", {}); return r.s.length;'
 NEAR_LIMIT = f'return "x".repeat({NEAR_LIMIT_BYTES});'
 DEEP_INPUT = 'for (const depth of [3000, 100000]) { let v = 0; for (let i = 0; i < depth; i++) v = [v]; try { await tools.callValue("host:core:echo", {v}); } catch (e) {} } return 1;'
