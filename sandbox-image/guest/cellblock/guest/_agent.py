@@ -163,7 +163,6 @@ class Leg:
         return next_token
 
     async def _drive(self, vm: CellVM, start: pb.Start, call: Any) -> pb.LegEnd:
-        catalog = json.loads(start.catalog_json or "{}")
         limits = start.limits
         config: dict[str, Any] = {
             "limits": {
@@ -173,7 +172,6 @@ class Leg:
                 "outputSpentBytes": limits.output_spent_bytes,
                 "outputClosed": limits.output_closed,
             },
-            "catalog": catalog,
             "bridgeCounters": dict(start.bridge_counters),
             "nextTimerId": int(start.bridge_counters.get("timer", 0)) + 1,
         }
@@ -189,9 +187,12 @@ class Leg:
                         break
                 self._step(lambda: vm.restore(b"".join(chunks), config))
             else:
-                self._step(lambda: vm.install(config))
+                # The catalog's text goes to the controller as the host sent it.
+                self._step(lambda: vm.install(config, start.catalog_json or "{}"))
                 self._step(lambda: vm.start(start.source))
             while True:
+                # The report's outbox includes what reading the status ran (a
+                # value's toJSON), so an end below needs no further flush.
                 outbox, status = vm.report()
                 self._forward(outbox)
                 phase = status.get("phase")
@@ -201,20 +202,20 @@ class Leg:
                 # Guest text arrives as a JSON string literal and crosses on as one.
                 message = str(status.get("failureMessage", '""'))
                 if phase == "fulfilled" and host_work == 0:
-                    return self._end(vm, completed=pb.Completed(value_json=str(status.get("valueJson", "null"))))
+                    return pb.LegEnd(completed=pb.Completed(value_json=str(status.get("valueJson", "null"))))
                 if phase == "unserialisable":
-                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSERIALISABLE, message=str(status.get("reason", ""))))
+                    return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_UNSERIALISABLE, message=str(status.get("reason", ""))))
                 if phase == "compile_error":
-                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_SYNTAX, message=message))
+                    return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_SYNTAX, message=message))
                 if phase == "rejected":
                     if status.get("failureKind") == "bridge":
                         bridge_id = str(status.get("failureBridgeId", ""))
-                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=message, rejection_bridge_id=bridge_id))
+                        return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_BRIDGE_REJECTION, message=message, rejection_bridge_id=bridge_id))
                     if _json_text(message).startswith(_ENGINE_OOM):
-                        return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_MEMORY, message=message[:200]))
-                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=message))
+                        return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_MEMORY, message=message[:200]))
+                    return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=message))
                 if phase == "pending" and host_work == 0:
-                    return self._end(vm, failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
+                    return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
                 if not start.idle_unneeded:
                     self._send(pb.AttachRequest(idle=pb.Idle(host_work=int(host_work))))
                 msg = await self._next(call)
@@ -231,7 +232,8 @@ class Leg:
                     for i in range(0, max(len(data), 1), chunk):
                         part = data[i : i + chunk]
                         self._send(pb.AttachRequest(snapshot_chunk=pb.SnapshotChunk(data=part, last=i + chunk >= len(data))))
-                    return self._end(vm, suspended=pb.Suspended(raw_bytes=raw, snapshot_bytes=len(data)))
+                    # No guest code ran since the flush above: nothing more to send.
+                    return pb.LegEnd(suspended=pb.Suspended(raw_bytes=raw, snapshot_bytes=len(data)))
                 else:
                     raise RuntimeError(f"unexpected host message {kind}")
         except VMPoisonedError as exc:
@@ -298,12 +300,6 @@ class Leg:
                 first_omitted_content=outbox.first_omitted,
             )
             self._send(pb.AttachRequest(omission=omission))
-
-    def _end(self, vm: CellVM, **outcome: Any) -> pb.LegEnd:
-        # Reading the status may have run guest code (a value's toJSON): flush
-        # what it produced before the end.
-        self._flush(vm)
-        return pb.LegEnd(**outcome)
 
 
 def _channel(env: dict[str, str], options: list[tuple[str, Any]]) -> grpc.aio.Channel:

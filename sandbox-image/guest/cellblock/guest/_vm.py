@@ -148,15 +148,25 @@ class CellVM:
         return False
 
     # -- lifecycle --
-    def install(self, config: dict[str, Any]) -> None:
-        """Evaluates the controller with ``config`` and keeps its handle."""
-        config = dict(config, wrapperPrefix=_WRAPPER_PREFIX, wrapperSuffix=_WRAPPER_SUFFIX)
+    def install(self, config: dict[str, Any], catalog_json: str | None = None) -> None:
+        """Evaluates the controller with ``config`` and keeps its handle.
+
+        Args:
+            config: The leg's configuration (``limits``, ``bridgeCounters``, ...).
+            catalog_json: The guest catalog's JSON text as the host sent it (then
+                not parsed here); ``None`` uses ``config["catalog"]``.
+        """
+        head = {key: value for key, value in config.items() if key != "catalog"}
+        head.update(wrapperPrefix=_WRAPPER_PREFIX, wrapperSuffix=_WRAPPER_SUFFIX)
+        catalog = json.dumps(config.get("catalog", {})) if catalog_json is None else catalog_json
+        # One string for the controller (see its factory): compact JSON has no line feed.
+        text = json.dumps(head, separators=(",", ":")) + "\n" + catalog
         factory = self._factory
         self._factory = None
         try:
             if factory is None:
                 factory = self._guard(lambda: self._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
-            self._ctrl = self._guard(lambda: factory.call(json.loads(json.dumps(config))))
+            self._ctrl = self._guard(lambda: factory.call(text))
         except ControllerFaultError as exc:
             # No guest code has run yet: this is the cell's own fault.
             raise RuntimeError(f"the controller did not install ({exc.head})") from None
@@ -168,7 +178,7 @@ class CellVM:
             ControllerFaultError: The controller threw (guest tampering).
             VMPoisonedError: The VM was interrupted, ran out of memory or trapped.
         """
-        self._guard(lambda: self._controller("start").call(source))
+        self._guard(lambda: self._calls.call(self._raw("start"), source, result=False))
         self.drain()
 
     def settle(self, bridge_id: str, ok: bool, payload: str, code: str) -> None:
@@ -206,16 +216,25 @@ class CellVM:
         return _reply(self._guard(lambda: self._controller("status").call().to_python()), _STATUS_FIELDS)
 
     def report(self) -> tuple[Outbox, dict[str, Any]]:
-        """Takes the outbox and reads the status in one controller call (:meth:`take`, then :meth:`status`)."""
+        """Takes the outbox and reads the status in one controller call (:meth:`take`, :meth:`status`, :meth:`take`).
+
+        The outbox also holds what reading the status produced (a value's ``toJSON``), after the rest.
+        """
         text = self._guard(lambda: self._calls.call(self._raw("reportJson"), None, result=True))
         value = json.loads(text) if isinstance(text, str) else None
-        if not isinstance(value, list) or len(value) != 2:
+        if not isinstance(value, list) or len(value) != 3:
             raise RuntimeError("the controller returned an invalid report")
-        return _outbox(_reply(value[0], _TAKE_FIELDS)), _reply(value[1], _STATUS_FIELDS)
+        before, after = _outbox(_reply(value[0], _TAKE_FIELDS)), _outbox(_reply(value[2], _TAKE_FIELDS))
+        before.items += after.items
+        before.omitted_entries += after.omitted_entries
+        before.omitted_bytes += after.omitted_bytes
+        before.first_omitted = before.first_omitted or after.first_omitted
+        return before, _reply(value[1], _STATUS_FIELDS)
 
     def take(self) -> Outbox:
         """Takes the controller's outbox (requests, output, omissions) and empties it."""
-        return _outbox(_reply(self._guard(lambda: self._controller("take").call().to_python()), _TAKE_FIELDS))
+        text = self._guard(lambda: self._calls.call(self._raw("takeJson"), None, result=True))
+        return _outbox(_reply(json.loads(text) if isinstance(text, str) else None, _TAKE_FIELDS))
 
     def salvage(self) -> Outbox:
         """Takes the outbox of a poisoned VM, if it can still answer.
@@ -266,7 +285,8 @@ class CellVM:
         self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
         self._ctrl = _adopt_slot(self._ctx, slot)
         self._methods = {}
-        self._guard(lambda: self._controller("resume").call(json.loads(json.dumps(config))))
+        limits = json.dumps({"limits": config["limits"]}, separators=(",", ":"))
+        self._guard(lambda: self._controller("resume").call(limits))
 
     def close(self) -> None:
         """Releases the engine."""

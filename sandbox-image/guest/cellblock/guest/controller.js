@@ -9,7 +9,7 @@
 // takes in one call after each VM step (`take`). A host call costs about
 // 100 µs plus ~70 µs per string argument, so a flood of thousands of requests
 // or entries would otherwise keep the cell computing past its deadline.
-(function (config) {
+(function (configText) {
   "use strict";
   const g = globalThis;
 
@@ -63,6 +63,13 @@
   const regexExec = RegExp.prototype.exec;
   const reflectApply = Reflect.apply;
   const call = (fn, self, ...args) => reflectApply(fn, self, args);
+  // The leg's configuration arrives as one string (one engine string instead of
+  // a conversion per property): its compact JSON head, a line feed (never inside
+  // compact JSON), then the catalog's JSON text as the host sent it. No guest
+  // code has run yet, so the built-ins read here are the engine's own.
+  const configCut = call(strIndexOf, configText, "\n");
+  const config = jsonParse(call(strSlice, configText, 0, configCut));
+  config.catalog = jsonParse(call(strSlice, configText, configCut + 1));
   const hasInstance = Function.prototype[Symbol.hasInstance];
 
   // Once user code has run, every built-in it can reach may be redefined,
@@ -767,13 +774,19 @@
       const head = jsonParse(call(strSlice, text, 0, cut));
       return controller.settle(head[0], head[1] === true, call(strSlice, text, cut + 1), head[2]);
     },
-    // take() and status() in one call and one JSON text [take, status]: the
-    // outbox first (output a value's toJSON writes while status() serialises
-    // it waits for the next take). Made from their primitives one by one, so
-    // no array or object is serialised and no guest toJSON can take part.
+    // take(), status() and take() again in one call and one JSON text
+    // [take, status, take]: the outbox first, then what a value's toJSON wrote
+    // while status() serialised it (so a leg's end needs no further call).
+    // Made from their primitives one by one, so no array or object is
+    // serialised and no guest toJSON can take part.
     reportJson() {
       const taken = controller.take();
-      return "[" + replyJson(taken) + "," + replyJson(controller.status()) + "]";
+      const status = controller.status();
+      return "[" + replyJson(taken) + "," + replyJson(status) + "," + replyJson(controller.take()) + "]";
+    },
+    // take() as one JSON text (the outbox flushed before an end or a snapshot).
+    takeJson() {
+      return replyJson(controller.take());
     },
     // Returns the leg's state for the guest agent (STATUS_FIELDS).
     status() {
@@ -828,9 +841,10 @@
       out.reportedBytes = out.omittedBytes;
       return replyOf(r, TAKE_FIELDS);
     },
-    // Prepares the next leg after a restore: new limits and output state.
-    resume(newConfig) {
-      const l = newConfig.limits;
+    // Prepares the next leg after a restore: new limits and output state, from
+    // the compact JSON text {"limits": ...} (one engine string).
+    resume(limitsText) {
+      const l = jsonParse(limitsText).limits;
       limits.maxPendingToolCalls = l.maxPendingToolCalls;
       limits.replyInboxBytes = l.replyInboxBytes;
       out.spent = l.outputSpentBytes;
