@@ -11,6 +11,7 @@ import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import Service
+from cellblock.server.cells import CellBridge
 from cellblock.server.store import SqliteRunStore
 from tests.support.cells import leg_cells
 
@@ -256,3 +257,43 @@ async def test_snapshot_from_another_engine_build_is_refused(client: CellblockCl
     assert (result.status, result.code) == ("failed", "runtime_unavailable")
     assert result.error == "cell runtime unavailable: the suspended program was made by a different cell image and cannot be restored here."
     assert json.loads(result.raw_json)["failurePhase"] == "host"
+
+
+async def test_a_yield_asks_for_its_slot_while_the_cell_writes_its_snapshot(client: CellblockClient, scope: Scope, service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first suspension takes the run's slot (SPEC §10.7 item 3); the host asks the store
+    # when it sends Suspend, so the answer is there when the snapshot is (before: only after
+    # the cell's end, one store transaction more on the way to `waiting`).
+    await _catalog(client, scope)
+    seen: list[str] = []
+    real_reserve = service.registry.reserve_slot
+
+    async def reserve(run: Any) -> bool:
+        seen.append("reserve")
+        return await real_reserve(run)
+
+    real_received = CellBridge.received
+
+    def received(self: CellBridge, message: Any, generation: int) -> None:
+        if message is not None and message.WhichOneof("message") == "end":
+            seen.append("end")
+        real_received(self, message, generation)
+
+    monkeypatch.setattr(service.registry, "reserve_slot", reserve)
+    monkeypatch.setattr(CellBridge, "received", received)
+    held = (await service.registry.store.counts())[0]
+    parked = await client.exec(scope, tool_call_id="early", code="await yield_control(); return 'resumed';", handlers={})
+    assert parked.status == "waiting", parked.raw_json
+    assert seen[:2] == ["reserve", "end"], seen
+    assert (await service.registry.store.counts())[0] == held + 1
+    done = await client.wait(scope, tool_call_id="early-w", run_id=parked.run_id)
+    assert (done.status, done.value) == ("completed", "resumed"), done.raw_json
+    assert (await service.registry.store.counts())[0] == held
+
+
+async def test_a_snapshot_over_the_cap_gives_back_the_slot_it_was_reserved(client: CellblockClient, scope: Scope, service: Service) -> None:
+    await _catalog(client, scope)
+    held = (await service.registry.store.counts())[0]
+    code = 'const big = "x".repeat(200000) + Math.random(); await yield_control(); return big.length;'
+    result = await client.exec(scope, tool_call_id="snap-slot", code=code, handlers={}, limits=LimitOverrides(max_snapshot_bytes=4096))
+    assert result.code == "snapshot_limit_exceeded", result.raw_json
+    assert (await service.registry.store.counts())[0] == held, "the slot asked for at the suspension is freed"

@@ -214,3 +214,25 @@ async def test_a_pool_hit_asks_the_engine_nothing_yet_a_pause_is_seen(make_servi
     for container in containers:
         container.unpause()
     assert all([await cell.alive() for cell in cells.values()]), "the engine's own answer, once the stream is gone"
+
+
+async def test_a_pool_hit_leg_asks_the_engine_for_no_exit_waiter(make_service: Any, docker_client: docker.DockerClient) -> None:
+    # A pooled cell's exit waiter starts with the cell, so the leg that takes it starts none
+    # (before: every pool hit issued the engine's blocking `wait` call beside the leg).
+    svc = await make_service(warm_pool=1, cell_wait_ms=20000)
+    assert svc.pool is not None
+    await _ready_pooled(svc, docker_client)
+    pooled = {w.cell.cell_id: w.cell.runtime_id for w in svc.pool._ready}  # noqa: SLF001 - the ready cells themselves
+    waited: list[str] = []
+    real_run_blocking = svc.executor.run_blocking  # type: ignore[attr-defined]
+
+    async def counted(fn: Any, **kw: Any) -> Any:
+        if kw.get("waiter"):
+            waited.append(str(getattr(getattr(fn, "__self__", None), "id", "")))
+        return await real_run_blocking(fn, **kw)
+
+    svc.executor.run_blocking = counted  # type: ignore[attr-defined]
+    result, _ = await _exec_fresh(svc)
+    assert (result.status, result.value) == ("completed", "fresh"), result.raw_json
+    assert result.metadata.cell_id in pooled, "the leg ran in the pooled cell"
+    assert not [w for w in waited if w[:12] == pooled[result.metadata.cell_id]], "the pool-hit leg started an exit waiter of its own"

@@ -9,6 +9,7 @@ controller fault (the program's own error).
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -54,4 +55,37 @@ def test_a_malformed_settlement_is_a_controller_fault() -> None:
     outbox, _ = vm.report()
     with pytest.raises(ControllerFaultError):
         vm.settle(outbox.items[0][1], True, "{not json", "")
+    vm.close()
+
+
+def test_a_report_carries_the_output_a_value_writes_while_it_is_read() -> None:
+    # Serialising the final value runs its toJSON inside reportJson: what it writes
+    # comes in the same report, after the rest, so the leg's end needs no further take.
+    vm = _vm(5.0)
+    vm.start("text('before'); return {toJSON() { text('while read'); return 7; }};")
+    outbox, status = vm.report()
+    assert status["phase"] == "fulfilled" and status["valueJson"] == "7"
+    assert [(item[0], json.loads(item[1])["text"]) for item in outbox.items] == [("o", "before"), ("o", "while read")]
+    assert vm.take().items == []
+    vm.close()
+
+
+def test_the_catalog_text_reaches_the_guest_as_sent() -> None:
+    head = {key: value for key, value in CONFIG.items() if key != "catalog"}
+    program = "return [Object.keys(tools).sort(), typeof tools.echo, Object.isFrozen(tools)];"
+    values = []
+    for install in (lambda vm: vm.install(CONFIG), lambda vm: vm.install(head, json.dumps(CATALOG))):
+        vm = CellVM(memory_limit_bytes=32 << 20, deadline=time.monotonic() + 30.0)
+        install(vm)
+        vm.start(program)
+        _, status = vm.report()
+        values.append(status["valueJson"])
+        vm.close()
+    assert values[0] == values[1] and '"echo"' in values[0]
+
+
+def test_a_catalog_text_that_is_no_json_fails_the_install() -> None:
+    vm = CellVM(memory_limit_bytes=32 << 20, deadline=time.monotonic() + 30.0)
+    with pytest.raises(RuntimeError, match="the controller did not install"):
+        vm.install({key: value for key, value in CONFIG.items() if key != "catalog"}, '{"allTools": [')
     vm.close()

@@ -49,14 +49,27 @@ async def still_serves(cell: Cell, bridge: CellBridge) -> bool:
     return not bridge.inbox.qsize() and await cell.alive()
 
 
+def exit_waiter(cell: Cell) -> asyncio.Future[int]:
+    """The cell's exit code once it ends: its one waiter, started now (its failure is read by whoever awaits it)."""
+    waiter = asyncio.ensure_future(cell.wait())
+    waiter.add_done_callback(lambda done: done.cancelled() or done.exception())
+    return waiter
+
+
 @dataclass
 class WarmCell:
-    """A ready cell and its attached bridge."""
+    """A ready cell and its attached bridge.
+
+    Attributes:
+        exited: The cell's exit code once it ends. Its waiter starts with the cell, so a
+            leg that takes the cell asks the engine nothing more (SPEC §10.2 item 3).
+    """
 
     bridge: CellBridge
     cell: Cell
     memory_limit_bytes: int
     ready_at: float = field(default_factory=time.monotonic)
+    exited: asyncio.Future[int] | None = None
 
     async def destroy(self) -> None:
         """Removes the container and the socket directory."""
@@ -157,7 +170,8 @@ class WarmPool:
             warm = self.acquire(memory_limit_bytes)
             if warm is None:
                 return None
-            if warm.bridge.attached.is_set() and await still_serves(warm.cell, warm.bridge):
+            exited = warm.exited is not None and warm.exited.done()
+            if warm.bridge.attached.is_set() and not exited and await still_serves(warm.cell, warm.bridge):
                 return warm
             log.warning("pool.cell_dead", cell_id=warm.cell.cell_id)
             self.hits -= 1
@@ -215,7 +229,7 @@ class WarmPool:
                 self._owned.discard(spec.cell_id)
                 await bridge.close()
                 raise
-            warm = WarmCell(bridge, cell, self.memory_limit_bytes)
+            warm = WarmCell(bridge, cell, self.memory_limit_bytes, exited=exit_waiter(cell))
             await asyncio.wait_for(bridge.attached.wait(), timeout=ATTACH_TIMEOUT_S)
             warm.ready_at = time.monotonic()
             self.start_s = 0.7 * self.start_s + 0.3 * (warm.ready_at - began)

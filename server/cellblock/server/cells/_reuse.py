@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
 
 import structlog
@@ -68,9 +68,11 @@ class ScopeCell:
     idle_since: float = 0.0
     exited: asyncio.Future[int] = field(init=False)
     _idle_timer: asyncio.TimerHandle | None = None
+    #: The cell's exit waiter when one already runs (a pooled cell's), else one is started.
+    waiter: InitVar[asyncio.Future[int] | None] = None
 
-    def __post_init__(self) -> None:
-        self.exited = asyncio.ensure_future(self.cell.wait())
+    def __post_init__(self, waiter: asyncio.Future[int] | None) -> None:
+        self.exited = waiter if waiter is not None else asyncio.ensure_future(self.cell.wait())
 
 
 class ScopeCells:
@@ -99,9 +101,9 @@ class ScopeCells:
         self._closed = False
         self.reused = 0
 
-    def begin(self, scope: Scope, cell: Cell, bridge: CellBridge, memory_limit_bytes: int) -> ScopeCell:
-        """Records a fresh (or pooled) cell at the start of its first leg for ``scope``."""
-        return ScopeCell(scope, cell, bridge, memory_limit_bytes, legs=1, epoch=self._ended.get(scope, 0))
+    def begin(self, scope: Scope, cell: Cell, bridge: CellBridge, memory_limit_bytes: int, exited: asyncio.Future[int] | None = None) -> ScopeCell:
+        """Records a fresh (or pooled) cell at the start of its first leg for ``scope`` (``exited``: its running exit waiter)."""
+        return ScopeCell(scope, cell, bridge, memory_limit_bytes, legs=1, epoch=self._ended.get(scope, 0), waiter=exited)
 
     async def take(self, scope: Scope, memory_limit_bytes: int, bridge_message_bytes: int = 0) -> ScopeCell | None:
         """The scope's idle cell for a new leg, or ``None``.

@@ -93,6 +93,8 @@ class Leg(LegEnding):
         self._bridge: CellBridge | None = None
         self._cell: Cell | None = None
         self._kept: ScopeCell | None = None
+        #: The cell's exit waiter when it came from the pool (started with the cell).
+        self._exited: asyncio.Future[int] | None = None
         #: The guest's end was clean and accepted; nothing put the cell in doubt (SPEC §16.2 item 2).
         self._clean_end = False
         self._in_doubt = False
@@ -141,13 +143,14 @@ class Leg(LegEnding):
             reused = self._kept is not None
             if ready is not None:
                 self._bridge, self._cell = ready.bridge, ready.cell
+                self._exited = warm.exited if warm is not None else None
             else:
                 fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits, self._cell_wait_until, self.cell_wait_s, self._log)
                 if isinstance(fresh, LegOutcome):
                     return fresh
                 self._bridge, self._cell = fresh
             if self._kept is None and self.scope_cells is not None:
-                self._kept = self.scope_cells.begin(scope, self._cell, self._bridge, run.limits.memory_limit_bytes)
+                self._kept = self.scope_cells.begin(scope, self._cell, self._bridge, run.limits.memory_limit_bytes, self._exited)
             self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=reused)
             self.trace.started(self._cell.runtime_id)
             outcome = self._outcome = await self._attach_and_drive(loop)
@@ -165,8 +168,9 @@ class Leg(LegEnding):
 
     async def _watch_cell(self) -> None:
         assert self._cell is not None
-        # A kept cell has one exit waiter for all its legs.
-        code = await (asyncio.shield(self._kept.exited) if self._kept is not None else self._cell.wait())
+        # A kept cell has one exit waiter for all its legs; a pooled cell's started with it.
+        exited = self._kept.exited if self._kept is not None else self._exited
+        code = await (asyncio.shield(exited) if exited is not None else self._cell.wait())
         self._out_of_memory = code == 137 and await self._cell.out_of_memory()  # else a kill from outside (R12)
         await self.ports.events.put(CellExited(code))
 
@@ -313,6 +317,10 @@ class Leg(LegEnding):
         self._suspend_sent = True
         self.trace.suspend_requested()
         self._bridge.send(bpb.AttachResponse(suspend=bpb.Suspend()))
+        if not self.run_.holds_slot:
+            # The first suspension takes the run's slot (SPEC §10.7 item 3): asked for now,
+            # while the cell writes its snapshot; the guest's end awaits the same answer.
+            self._spawn(self._reserve_slot(self.run_))
 
     # ---------------------------------------------------------- requests
     def _on_request(self, req: bpb.GuestRequest) -> Awaitable[None] | None:

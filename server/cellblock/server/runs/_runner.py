@@ -147,20 +147,25 @@ class Runner:
             The finished leg.
         """
         loop = asyncio.get_running_loop()
-        await self.registry.sweep()
-        limits: Limits = self.config.limits_with_overrides(overrides)
-        checked = validate_exec(
-            arguments_json,
-            enabled=self.config.enabled,
-            languages=self.config.languages,
-            force_restart_safe=force_restart_safe,
-            max_source_bytes=limits.max_source_bytes,
-        )
+        # Expired runs are swept at the start of every exec (SPEC §10.7 item 5): beside the
+        # source's preparation in the worker pool, and done before the run exists.
+        sweeping = asyncio.ensure_future(self.registry.sweep())
+        try:
+            limits: Limits = self.config.limits_with_overrides(overrides)
+            checked = validate_exec(
+                arguments_json,
+                enabled=self.config.enabled,
+                languages=self.config.languages,
+                force_restart_safe=force_restart_safe,
+                max_source_bytes=limits.max_source_bytes,
+            )
+            prepared = await self._prepare(checked.source, checked.language) if not isinstance(checked, InputFailure) else checked
+        finally:
+            await sweeping
         if isinstance(checked, InputFailure):
             restart = force_restart_safe
             log.warning("exec.invalid_input", reason=checked.message[:200])
             return self._input_failure(checked.message, restart, telemetry())
-        prepared = await self._prepare(checked.source, checked.language)
         if isinstance(prepared, InputFailure):
             log.warning("exec.invalid_source", reason=prepared.message[:200])
             return self._input_failure(prepared.message, checked.restart_safe, telemetry())
