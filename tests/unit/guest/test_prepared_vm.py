@@ -72,6 +72,26 @@ def test_a_snapshot_restores_into_a_prepared_vm() -> None:
     second.close()
 
 
+def test_a_snapshot_image_larger_than_the_cell_can_hold_is_refused_unpacked() -> None:
+    # The image is one zstd frame that names its size: one over the VM's memory is refused
+    # before it is unpacked, and bytes that are no frame are a malformed snapshot.
+    import zstandard
+
+    from cellblock.guest._vm import WASM_HEADROOM_BYTES
+
+    vm = CellVM.prepared(memory_limit_bytes=32 << 20)
+    header = b"CBS3" + (0).to_bytes(4, "big")
+    bomb = header + zstandard.ZstdCompressor(level=1).compress(bytes((32 << 20) + WASM_HEADROOM_BYTES + 1))
+    for snapshot in (bomb, header + b"not a frame"):
+        try:
+            vm.restore(snapshot, CONFIG)
+        except ValueError as exc:
+            assert "malformed" in str(exc)
+        else:
+            raise AssertionError("the snapshot must be refused")
+    vm.close()
+
+
 _PRELOAD_PROBE = """
 import wasmtime
 loaded = []
