@@ -320,7 +320,12 @@ class Leg(LegEnding):
         if not self.run_.holds_slot:
             # The first suspension takes the run's slot (SPEC §10.7 item 3): asked for now,
             # while the cell writes its snapshot; the guest's end awaits the same answer.
-            self._spawn(self._reserve_slot(self.run_))
+            reserving = self._reserve_slot(self.run_)
+
+            async def reserve() -> None:
+                await reserving
+
+            self._spawn(reserve())
 
     # ---------------------------------------------------------- requests
     def _on_request(self, req: bpb.GuestRequest) -> Awaitable[None] | None:
