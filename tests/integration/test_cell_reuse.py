@@ -73,7 +73,8 @@ def _container_id(docker_client: docker.DockerClient, cell_id: str) -> str:
 
 async def _gone(docker_client: docker.DockerClient, cell_id: str) -> None:
     for _ in range(int(150 * TIME_SCALE)):
-        if not docker_client.containers.list(all=True, filters={"name": f"cellblock-{cell_id}"}):
+        # Sparse: a full listing inspects each container, which raises NotFound for one removed meanwhile.
+        if not docker_client.containers.list(all=True, sparse=True, filters={"name": f"cellblock-{cell_id}"}):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"the container of {cell_id} was not destroyed")
