@@ -93,8 +93,7 @@ class Leg(LegEnding):
         self._bridge: CellBridge | None = None
         self._cell: Cell | None = None
         self._kept: ScopeCell | None = None
-        #: The cell's exit waiter when it came from the pool (started with the cell).
-        self._exited: asyncio.Future[int] | None = None
+        self._exited: asyncio.Future[int] | None = None  # a pooled cell's exit waiter (started with it)
         #: The guest's end was clean and accepted; nothing put the cell in doubt (SPEC §16.2 item 2).
         self._clean_end = False
         self._in_doubt = False
@@ -165,14 +164,6 @@ class Leg(LegEnding):
 
     def _deliver_guest(self, item: bpb.AttachRequest | None) -> None:
         self.ports.events.put_nowait(GuestMessage(item))
-
-    async def _watch_cell(self) -> None:
-        assert self._cell is not None
-        # A kept cell has one exit waiter for all its legs; a pooled cell's started with it.
-        exited = self._kept.exited if self._kept is not None else self._exited
-        code = await (asyncio.shield(exited) if exited is not None else self._cell.wait())
-        self._out_of_memory = code == 137 and await self._cell.out_of_memory()  # else a kill from outside (R12)
-        await self.ports.events.put(CellExited(code))
 
     async def _attach_and_drive(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
         assert self._bridge is not None and self._cell is not None
@@ -317,15 +308,7 @@ class Leg(LegEnding):
         self._suspend_sent = True
         self.trace.suspend_requested()
         self._bridge.send(bpb.AttachResponse(suspend=bpb.Suspend()))
-        if not self.run_.holds_slot:
-            # The first suspension takes the run's slot (SPEC §10.7 item 3): asked for now,
-            # while the cell writes its snapshot; the guest's end awaits the same answer.
-            reserving = self._reserve_slot(self.run_)
-
-            async def reserve() -> None:
-                await reserving
-
-            self._spawn(reserve())
+        self.reserve_slot_now()  # the first suspension takes the run's slot, asked for while the cell writes its snapshot
 
     # ---------------------------------------------------------- requests
     def _on_request(self, req: bpb.GuestRequest) -> Awaitable[None] | None:

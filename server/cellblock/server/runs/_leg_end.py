@@ -8,11 +8,13 @@ to the reaper.
 
 from __future__ import annotations
 
+import asyncio
+
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells
 from cellblock.server.runs._guest_failure import completed_outcome, guest_failure
-from cellblock.server.runs._protocol import BridgeMethod, ErrorCode, LegOutcome, RunStatus, failed
+from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, LegOutcome, RunStatus, failed
 from cellblock.server.runs._reuse_rule import clean_end, reusable
 from cellblock.server.runs._settle import SettleLoop
 from cellblock.server.runs._snapshot_in import SnapshotIn
@@ -34,6 +36,10 @@ class LegEnding(SettleLoop):
     _cell: Cell | None
     _bridge: CellBridge | None
     _kept: ScopeCell | None
+    #: A pooled cell's exit waiter (started with the cell), else ``None``.
+    _exited: asyncio.Future[int] | None
+    #: The engine's verdict on an exit 137.
+    _out_of_memory: bool
     _outcome: LegOutcome | None
     _terminal: LegOutcome | None
     _snapshot_in: SnapshotIn
@@ -43,6 +49,15 @@ class LegEnding(SettleLoop):
     _in_doubt: bool
     #: The host asked the guest to suspend (``Suspend`` sent).
     _suspend_sent: bool
+
+    async def _watch_cell(self) -> None:
+        """Puts :class:`CellExited` on the leg's queue when the cell ends."""
+        assert self._cell is not None
+        # A kept cell has one exit waiter for all its legs; a pooled cell's started with it.
+        exited = self._kept.exited if self._kept is not None else self._exited
+        code = await (asyncio.shield(exited) if exited is not None else self._cell.wait())
+        self._out_of_memory = code == 137 and await self._cell.out_of_memory()  # else a kill from outside (R12)
+        await self.ports.events.put(CellExited(code))
 
     def release_cell(self) -> None:
         """Keeps the cell for the scope's next leg when the rule allows, else retires it."""

@@ -141,6 +141,17 @@ class SettleLoop:
 
             self._spawn(take_slot())
 
+    def reserve_slot_now(self) -> None:
+        """Asks the store for the run's slot now unless it holds one; awaiting ``reserve_slot`` later gets the same answer."""
+        if self.run_.holds_slot:
+            return
+        reserving = self._reserve_slot(self.run_)
+
+        async def reserve() -> None:
+            await reserving
+
+        self._spawn(reserve())
+
     def redispatch(self, p: PendingRequest) -> None:
         """Dispatches a call that waited for the run's slot (the leg rechecks its deadline)."""
         self.dispatch(p)
