@@ -7,6 +7,7 @@ processes): each is compared with what the loop does for the same text.
 from __future__ import annotations
 
 import json
+import pickle
 from typing import Any
 
 import pytest
@@ -136,3 +137,29 @@ def test_a_result_no_worker_read_within_its_budget_is_b26() -> None:
     outcome = ToolOutcome("n1", ok_json='{"a":123}', prepared=PreparedResult(9, False, overran=True))
     with pytest.raises(BridgeReplyError, match=r'^Tool "host:core:free" returned 9 characters of JSON, more than the host could read within its 30000 ms budget; ask for less data\.$'):
         view.project_result("callValue", call, outcome, 1 << 30)
+
+
+@pytest.mark.parametrize("depth", [500, 990])
+def test_an_id_nested_past_what_pickles_is_b23_not_a_dead_worker(depth: int) -> None:
+    """An id nested deeper than pickle goes is the request's B23, not a dead worker.
+
+    The head (id, path) comes back to the loop as values; before, its pickling raised
+    RecursionError and pebble killed the shared worker (a reviewer's finding).
+    """
+    nested = "[" * depth + '"x"' + "]" * depth
+    args, deep = args_in_worker(f'[{nested}, {{"p": "{"p" * 70_000}"}}]', 1)
+    assert (args, deep) == ([], True)
+    assert pickle.loads(pickle.dumps((args, deep))) == ([], True)
+
+
+def test_a_parked_run_with_many_long_arguments_splices_each_once() -> None:
+    """Every JsonText of a parked run lands at its own place (spliced in one pass; a replace per text was quadratic)."""
+    run = _run(_catalog().view())
+    texts = [compact_json({"k": f"v{i}", "xs": ROWS[: i + 1]}) for i in range(40)]
+    for i, text in enumerate(texts):
+        args = ["client:app:slow", JsonText(text, True)]
+        call = run.view.resolve_call("callValue", args)
+        run.pending[f"bridge:callValue:{i + 1}"] = PendingRequest(f"bridge:callValue:{i + 1}", BridgeMethod.CALL_VALUE, args, call=call)
+    pending = json.loads(encode_run(run))["pending"]
+    got = [p["args"][1] for p in pending if p["args"][0] == "client:app:slow"]
+    assert got == [json.loads(t) for t in texts]

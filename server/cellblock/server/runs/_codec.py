@@ -120,9 +120,14 @@ def _with_texts(doc: dict[str, Any]) -> bytes:
         return f"\0{nonce}:{len(texts) - 1}\0"
 
     body = json.dumps(doc, separators=(",", ":"), ensure_ascii=False, default=mark).encode("utf-8", "surrogatepass")
-    for i, text in enumerate(texts):
-        body = body.replace(f'"\\u0000{nonce}:{i}\\u0000"'.encode(), text.encode("utf-8", "surrogatepass"), 1)
-    return body
+    if not texts:
+        return body
+    # One pass over the body (a replace per text rescanned and copied the whole document:
+    # 16 pending 4 MB inputs, each in ``args`` and ``call.input``, held the loop 1.5 s).
+    pieces = re.split(rb'"\\u0000' + nonce.encode() + rb":(\d+)\\u0000\"", body)
+    for i in range(1, len(pieces), 2):
+        pieces[i] = texts[int(pieces[i])].encode("utf-8", "surrogatepass")
+    return b"".join(pieces)
 
 
 class RunDecodeError(ValueError):

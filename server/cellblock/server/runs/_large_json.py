@@ -17,6 +17,7 @@ results pickle (strings move at memory speed, decoded JSON would not).
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,8 +76,12 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
     try:
         head = args[:first_input]
         compact_json(head)  # the id and the path: serialisable like the rest
+        # The head goes back to the loop as values, so it must also pickle: an id nested
+        # about 500 deep serialises as JSON but makes pickle raise RecursionError, which
+        # pebble answers by killing the worker (one request per worker, all tenants').
+        pickle.dumps(head, pickle.HIGHEST_PROTOCOL)
         return [*head, *(_as_text(a) for a in args[first_input:])], False
-    except NotSerializableError:
+    except (NotSerializableError, RecursionError):
         return [], True
 
 
