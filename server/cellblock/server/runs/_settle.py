@@ -145,10 +145,10 @@ class SettleLoop:
         """Asks the store for the run's slot now unless it holds one; awaiting ``reserve_slot`` later gets the same answer."""
         if self.run_.holds_slot:
             return
-        reserving = self._reserve_slot(self.run_)
+        run = self.run_
 
         async def reserve() -> None:
-            await reserving
+            await self._reserve_slot(run)
 
         self._spawn(reserve())
 
