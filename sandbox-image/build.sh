@@ -124,7 +124,7 @@ else
         docker run --rm --read-only --network none --cap-drop ALL \
             --security-opt no-new-privileges --security-opt "seccomp=$here/seccomp.json" \
             --user 65532:65532 --pids-limit 64 --memory 256m --memory-swap 256m \
-            --entrypoint python3 "$tag" -s -P -c '
+            --entrypoint python3 "$tag" -S -P -c '
 import grpc, google.protobuf, quickjs_rs
 from cellblock.guest._engine_load import preload_engine
 assert preload_engine(), "the precompiled QuickJS module was not loaded"
