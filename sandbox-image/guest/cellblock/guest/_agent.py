@@ -226,6 +226,11 @@ class Leg:
                     payload, code = (s.ok_json, "") if ok else (s.error.message, s.error.code)
                     self._step(functools.partial(vm.settle, s.bridge_id, ok, payload, code))
                 elif kind == "suspend":
+                    # The host suspends an idle guest at its deadline, so the deadline has
+                    # passed: the flush and the snapshot run only the controller (no guest
+                    # code, the host's watchdog bounds them), and the engine's interrupt
+                    # check, counted across calls, must not poison the VM inside them.
+                    vm.deadline = float("inf")
                     self._flush(vm)
                     data, raw = vm.snapshot()
                     chunk = pb.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
