@@ -297,4 +297,3 @@ async def test_a_snapshot_over_the_cap_gives_back_the_slot_it_was_reserved(clien
     result = await client.exec(scope, tool_call_id="snap-slot", code=code, handlers={}, limits=LimitOverrides(max_snapshot_bytes=4096))
     assert result.code == "snapshot_limit_exceeded", result.raw_json
     assert (await service.registry.store.counts())[0] == held, "the slot asked for at the suspension is freed"
-
