@@ -1,6 +1,9 @@
-"""``python -m bench.throughput_ab IMAGE_A IMAGE_B [ROUNDS]``: the 16-client ``leg`` throughput of two cell images, interleaved.
+"""``python -m bench.throughput_ab A B [ROUNDS]``: the 16-client ``leg`` throughput of two cell images or create options, interleaved.
 
-Not part of ``make bench``. Each round runs, in one process: the bench's own
+Not part of ``make bench``. A and B each name a cell image, optionally followed by
+``+option=JSON`` parts that override the Docker executor's create options on that
+side only (``cellblock-cell:dev+network_disabled=false`` measures the image with
+one option as it was before, beside ``cellblock-cell:dev``). Each round runs, in one process: the bench's own
 ``CELLBLOCK_CELL_REUSE=leg`` throughput rows (cold, then steady;
 :func:`bench.exec_latency._cellblock_throughput`) with a service on IMAGE_A,
 the same with IMAGE_B, then llm-sandbox's and bare ``docker run``'s rows
@@ -18,18 +21,22 @@ layout, as on the bench machine).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 from bench import baselines
 from bench import exec_latency as el
 from bench._report import Report
 from cellblock.server.app import Service
+from cellblock.server.cells import DockerExecutor
 
 _HZ = os.sysconf("SC_CLK_TCK")
 _CELLS = "/sys/fs/cgroup/cpuacct/docker/cpuacct.usage"
@@ -97,25 +104,54 @@ async def _row(name: str, runs: int, measure: Callable[[dict[str, float]], Await
     )
 
 
-async def main(images: list[str], rounds: int) -> None:
-    """Runs ``rounds`` rounds of the rows for each image, then the two Docker-per-run rows."""
+def _side(text: str) -> tuple[str, dict[str, Any]]:
+    """``IMAGE+option=JSON+...`` → the image and the create options it overrides."""
+    image, *parts = text.split("+")
+    overrides: dict[str, Any] = {}
+    for part in parts:
+        key, _, value = part.partition("=")
+        overrides[key] = json.loads(value)
+    return image, overrides
+
+
+@contextlib.contextmanager
+def _create_options(overrides: dict[str, Any]) -> Iterator[None]:
+    """Within the block, every cell the Docker executor creates takes ``overrides`` over its options."""
+    module = sys.modules[DockerExecutor.__module__]
+    original = module.container_options
+
+    def patched(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        return {**original(*args, **kwargs), **overrides}
+
+    module.container_options = patched
+    try:
+        yield
+    finally:
+        module.container_options = original
+
+
+async def main(sides: list[str], rounds: int) -> None:
+    """Runs ``rounds`` rounds of the rows for each side, then the two Docker-per-run rows."""
+    baselines.ensure_node_image()
     report = Report()
     # Every measured and warm-up run of one row (cellblock: cold, warm-up, steady; Docker rows: cold, warm-up, steady).
     cell_runs = el.CLIENTS * (el.COLD_RUNS + 1 + el.STEADY_RUNS)
     docker_runs = el.CLIENTS * (1 + 1 + el.DOCKER_STEADY_RUNS)
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as sockets:
         for _ in range(rounds):
-            for image in images:
+            for side in sides:
+                image, overrides = _side(side)
                 baselines.IMAGE = image
-                service = await el._service(sockets, warm_pool=2)
-                try:
+                with _create_options(overrides):
+                    service = await el._service(sockets, warm_pool=2)
+                    try:
 
-                    async def leg(rates: dict[str, float], service: Service = service) -> None:
-                        await el._cellblock_throughput(service, report, rates, "leg")
+                        async def leg(rates: dict[str, float], service: Service = service) -> None:
+                            await el._cellblock_throughput(service, report, rates, "leg")
 
-                    await _row(f"cellblock leg, {image}", cell_runs, leg)
-                finally:
-                    await service.stop()
+                        await _row(f"cellblock leg, {side}", cell_runs, leg)
+                    finally:
+                        await service.stop()
             await _row("llm-sandbox", docker_runs, lambda rates: el._docker_throughput(report, rates, "llm-sandbox", "llm-sandbox", baselines.llm_sandbox_run))
             await _row("bare docker run --rm", docker_runs, lambda rates: el._docker_throughput(report, rates, "docker", "bare docker run", baselines.docker_run_baseline))
 

@@ -37,6 +37,9 @@ for key, path in (("rootfs", "/etc/evil"), ("tmp", "/tmp/evil"), ("shm", "/dev/s
 out["docker_sock"] = os.path.exists("/var/run/docker.sock")
 out["env"] = sorted(os.environ)
 out["mounts"] = [l.split()[1] for l in open("/proc/self/mounts") if l.split()[1].startswith("/run/cellblock")]
+out["etc_mounts"] = sorted(l.split()[1] for l in open("/proc/self/mounts") if l.split()[1].startswith("/etc/"))
+out["net_ns"] = os.readlink("/proc/self/ns/net")
+out["interfaces"] = sorted(os.listdir("/sys/class/net"))
 print(json.dumps(out))
 """
 
@@ -72,12 +75,18 @@ def test_cell_container_lockdown(docker_client: docker.DockerClient) -> None:
     assert out["docker_sock"] is False
     assert set(out["env"]) <= {"PATH", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONUNBUFFERED", "HOME", "HOSTNAME", "PYTHONNOUSERSITE", "CELLBLOCK_PRECOMPILED_QUICKJS", "CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES", "LANG"}
     assert out["mounts"] == ["/run/cellblock"]
+    # A network namespace of its own with nothing but loopback, and no engine network
+    # sandbox: no hosts or resolv.conf file of the engine's is mounted into the cell.
+    assert out["net_ns"] != os.readlink("/proc/self/ns/net")
+    assert set(out["interfaces"]) <= {"lo"}
+    assert "/etc/resolv.conf" not in out["etc_mounts"] and "/etc/hosts" not in out["etc_mounts"]
 
 
 def test_container_options_lock_everything_down() -> None:
     spec = CellSpec(cell_id="cell_x", bridge_dir="/tmp/x", cell_token="t", memory_limit_bytes=64 << 20)
     opts = container_options(DockerExecutorConfig(), spec, "{}")
     assert opts["network_mode"] == "none"
+    assert opts["network_disabled"] is True
     assert opts["read_only"] is True
     assert opts["cap_drop"] == ["ALL"]
     assert "no-new-privileges:true" in opts["security_opt"]
@@ -125,6 +134,9 @@ async def test_the_cell_of_a_real_exec_is_locked_down(client: Any, scope: Any, s
     assert result.code == "timeout"
     host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none"
+    # No libnetwork sandbox (its prestart hook starts the whole dockerd binary per cell).
+    assert attrs["Config"]["NetworkDisabled"] is True
+    assert not attrs["NetworkSettings"]["SandboxKey"] and not attrs["NetworkSettings"]["Networks"]
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"] and not host.get("CapAdd")
     assert "no-new-privileges:true" in host["SecurityOpt"]

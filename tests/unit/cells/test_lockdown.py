@@ -70,7 +70,7 @@ def test_docker_options_and_pod_spec_express_the_same_lockdown(lock: Lockdown) -
     assert spec["shareProcessNamespace"] is False
     assert docker["devices"] == [] and "volumeDevices" not in container
     # network: none on Docker; on Kubernetes the pod network, with the NetworkPolicy of k8s/base (tests/unit/k8s)
-    assert docker["network_mode"] == "none"
+    assert docker["network_mode"] == "none" and docker["network_disabled"] is True
     assert pod["metadata"]["labels"]["app.kubernetes.io/name"] == "cellblock-cell"
     # no host environment: only the bridge variables and the heap size the VM is prepared for; no service links; no service-account token
     assert set(docker["environment"]) == {"CELLBLOCK_BRIDGE_SOCKET", "CELLBLOCK_CELL_TOKEN", "CELLBLOCK_MEMORY_LIMIT_BYTES"}
