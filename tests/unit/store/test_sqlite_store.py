@@ -54,6 +54,7 @@ async def test_every_operation_is_one_hop_to_the_store_thread(tmp_path: Path) ->
             lambda: store.park(_park("run_1"), "t1"),
             store.sweep,
             store.counts,
+            store.sweep_and_count,
             lambda: store.claim("run_1", "s", "a", "t2", LEASE),
             lambda: store.renew("run_1", "t2", LEASE),
             lambda: store.remove("run_1", "t2"),
@@ -63,7 +64,7 @@ async def test_every_operation_is_one_hop_to_the_store_thread(tmp_path: Path) ->
             per_operation.append(len(hops))
     finally:
         loop.run_in_executor = real  # type: ignore[method-assign]
-    assert per_operation == [1] * 7
+    assert per_operation == [1] * 8
     await store.close()
 
 

@@ -317,11 +317,10 @@ class RunRegistry:
 
     async def sweep(self) -> list[RunRecord]:
         """Deletes expired runs deployment-wide (any replica sweeps, SPEC §16.1 item 7)."""
-        swept = await self.store.sweep()
+        swept, self.counts = await self.store.sweep_and_count()
         for record in swept:
             self._end_kept_spans(record.run_id)
             self._hosted.pop(record.run_id, None)
-        self.counts = await self.store.counts()
         return swept
 
     # ------------------------------------------------------------------ hosted calls

@@ -237,6 +237,12 @@ class SqliteRunStore(SqlRunStore):
     async def sweep(self) -> list[RunRecord]:
         return await self._whole(lambda: SqlRunStore.sweep(self))
 
+    async def sweep_and_count(self) -> tuple[list[RunRecord], tuple[int, int]]:
+        async def both() -> tuple[list[RunRecord], tuple[int, int]]:
+            return await SqlRunStore.sweep(self), await SqlRunStore.counts(self)
+
+        return await self._whole(both)
+
     async def get(self, run_id: str) -> RunRecord | None:
         return await self._whole(lambda: SqlRunStore.get(self, run_id))
 
