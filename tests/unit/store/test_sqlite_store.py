@@ -141,3 +141,36 @@ async def test_a_claim_survives_the_sigkill_of_its_process(tmp_path: Path) -> No
     assert taken.status == "claimed" and taken.taken_over and taken.record is not None and taken.record.snapshot == b"snap" * 1000
     assert await store.check_integrity() == []
     await store.close()
+
+
+async def test_a_wait_cancelled_while_the_store_claims_gives_the_run_back(tmp_path: Path) -> None:
+    # The store's claim runs whole on its thread: once running there it commits even when its
+    # wait is cancelled meanwhile. The registry gives such a claim back, so the run is suspended
+    # again at once (not busy, [W06], until the lost lease lapses). Another connection holds the
+    # write lock, so the claim is running (waiting in its BEGIN) when the wait is cancelled.
+    import sqlite3
+
+    from cellblock.server.runs import RunRegistry
+
+    path = str(tmp_path / "runs.sqlite3")
+    store = SqliteRunStore(path, 8)
+    await store.open()
+    assert await store.reserve_slot("run_c", "s", "a", 1.0, "t1", LEASE)
+    assert await store.park(_park("run_c"), "t1") is not None
+    registry = RunRegistry(store, lease_seconds=60.0)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    task = asyncio.ensure_future(registry.claim("run_c", "s", "a"))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    other.execute("COMMIT")
+    other.close()
+    await store.counts()  # queued behind the claim on the store's thread: the claim has committed
+    await asyncio.sleep(0.3)  # the give-back (one more operation) is done well within this
+    record = await store.get("run_c")
+    assert record is not None and record.state == "suspended" and record.lease_token is None, record
+    assert (await store.claim("run_c", "s", "a", "t-next", LEASE)).status == "claimed"
+    assert await store.check_integrity() == []
+    await store.close()

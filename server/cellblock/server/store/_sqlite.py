@@ -105,7 +105,8 @@ class SqliteRunStore(SqlRunStore):
         """Runs one store operation (a :class:`SqlRunStore` method: one transaction) wholly on the store's thread.
 
         A caller cancelled meanwhile stops waiting; the operation still ends on the thread
-        (committed or rolled back as a whole), as one cancelled just after its ``COMMIT`` did.
+        (committed or rolled back as a whole), as one cancelled just after its ``COMMIT`` did
+        (a claim so committed is given back by :meth:`RunRegistry.claim`).
 
         Args:
             operation: Makes the operation's coroutine (it must not suspend).
