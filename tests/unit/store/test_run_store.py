@@ -125,6 +125,14 @@ async def test_expiry_uses_the_store_clock_and_the_sweep_frees_slots_and_snapsho
     assert (await store.claim("run_7", "s", "a", "t", LEASE)).status == "missing", "a claim never resumes an expired run"
 
 
+async def test_sweep_and_count_counts_what_the_sweep_left(store: RunStore) -> None:
+    await _parked(store, "run_9", ttl=0.2)
+    await _parked(store, "run_10", ttl=60)
+    await asyncio.sleep(0.4)
+    swept, counts = await store.sweep_and_count()
+    assert [r.run_id for r in swept] == ["run_9"] and counts == (1, 1) == await store.counts()
+
+
 async def test_a_claimed_run_is_not_swept_while_its_lease_lives(store: RunStore) -> None:
     await _parked(store, "run_8", ttl=0.2)
     assert (await store.claim("run_8", "s", "a", "t", LEASE)).status == "claimed"

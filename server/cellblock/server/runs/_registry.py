@@ -25,7 +25,7 @@ from cellblock.server.runs._codec import RunDecodeError, ViewRestorer, decode_ru
 from cellblock.server.runs._policy import reject
 from cellblock.server.runs._protocol import ClaimBusy, ClaimCancelled, Claimed, ClaimForeign, ClaimResult, ClaimUnknown, Provenance
 from cellblock.server.runs._state import PendingRequest, Run
-from cellblock.server.store import DEFAULT_LEASE_SECONDS, MemoryRunStore, Park, RunRecord, RunStore
+from cellblock.server.store import DEFAULT_LEASE_SECONDS, Claim, MemoryRunStore, Park, RunRecord, RunStore
 from cellblock.server.telemetry import end_open_tool_calls, end_tool_call
 
 log = structlog.get_logger("cellblock.runs")
@@ -102,6 +102,8 @@ class RunRegistry:
         self._hosted: dict[str, list[HostedOutcome]] = {}
         #: Slot reservations the store is still answering, by run id (a leg may end meanwhile).
         self._reserving: dict[str, asyncio.Future[bool]] = {}
+        #: Claims whose wait was cancelled while the store answered, being given back.
+        self._unclaiming: set[asyncio.Future[None]] = set()
         #: ``(slots held, suspended runs)`` in the deployment at the last sweep (metrics).
         self.counts: tuple[int, int] = (0, 0)
 
@@ -179,7 +181,15 @@ class RunRegistry:
             RunDecodeError: The stored run cannot be read (the claim is released).
         """
         token = secrets.token_hex(16)
-        claim = await self.store.claim(run_id, session_id, agent_run_id, token, self.lease_seconds)
+        pending = asyncio.ensure_future(self.store.claim(run_id, session_id, agent_run_id, token, self.lease_seconds))
+        try:
+            # Shielded: a wait cancelled while the store answers gives back what it got.
+            claim = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            undo = asyncio.ensure_future(self._give_back(pending, run_id, token))
+            self._unclaiming.add(undo)
+            undo.add_done_callback(self._unclaiming.discard)
+            raise
         match claim.status:
             case "busy":
                 return ClaimBusy()
@@ -209,6 +219,23 @@ class RunRegistry:
         for apply in self._hosted.pop(run_id, []):
             apply(run)
         return Claimed(run, claim.record.snapshot)
+
+    async def _give_back(self, pending: asyncio.Future[Claim], run_id: str, token: str) -> None:
+        """Undoes a claim whose wait was cancelled before it learnt the answer, so the run is not busy until its lease lapses.
+
+        A parked run is suspended again as it was; one taken over from a lapsed lease keeps
+        its lapsed lease, so the next wait takes it over in turn (SPEC §16.1 item 6).
+        """
+        try:
+            claim = await pending
+            if claim.status != "claimed":
+                return
+            if claim.taken_over:
+                await self.store.renew(run_id, token, 0.0)
+            else:
+                await self.store.release(run_id, token)
+        except Exception as exc:  # noqa: BLE001 - the lease then lapses on its own
+            log.warning("run.unclaim_failed", run_id=run_id, error_class=exc.__class__.__name__)
 
     def _reject_lost_leg(self, run: Run) -> None:
         now = time.monotonic()
@@ -317,11 +344,10 @@ class RunRegistry:
 
     async def sweep(self) -> list[RunRecord]:
         """Deletes expired runs deployment-wide (any replica sweeps, SPEC §16.1 item 7)."""
-        swept = await self.store.sweep()
+        swept, self.counts = await self.store.sweep_and_count()
         for record in swept:
             self._end_kept_spans(record.run_id)
             self._hosted.pop(record.run_id, None)
-        self.counts = await self.store.counts()
         return swept
 
     # ------------------------------------------------------------------ hosted calls

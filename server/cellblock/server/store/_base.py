@@ -270,6 +270,10 @@ class RunStore(abc.ABC):
             The deleted runs (tombstones excluded), without snapshots.
         """
 
+    async def sweep_and_count(self) -> tuple[list[RunRecord], tuple[int, int]]:
+        """:meth:`sweep`, then :meth:`counts` (two transactions; a backend may send both in one round trip)."""
+        return await self.sweep(), await self.counts()
+
     @abc.abstractmethod
     async def get(self, run_id: str) -> RunRecord | None:
         """The run's record without its snapshot, or ``None`` (tombstones included)."""
