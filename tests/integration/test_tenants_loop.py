@@ -22,7 +22,8 @@ from typing import Any
 import grpc
 import pytest
 
-from cellblock.client import CellblockClient, CellblockError, Scope, Tool
+from cellblock.client import CellblockClient, CellblockError, LimitOverrides, Scope, Tool
+from cellblock.server.workers import cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2
@@ -294,3 +295,33 @@ async def test_long_tool_inputs_and_results_keep_every_check(client: CellblockCl
     assert value[2].startswith("this callValue request is nested too deeply"), value[2]
     assert value[3].startswith('Tool "host:core:rows" returned details that do not match'), value[3]
     assert value[4] == ["host:core:free", len(_json.dumps({"k": pad}))], value[4]
+
+
+async def test_a_cancel_ends_a_leg_while_its_long_request_waits_for_a_worker(client: CellblockClient, scope: Scope) -> None:
+    # A long request is read in a worker within the leg's deadline (up to 30 s). A CancelRun
+    # meanwhile must end the leg now: it waited for the read before (here, for the busy workers).
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="ready"), Tool(source="host", owner="core", name="echo")])
+    pool = cpu_pool()
+    busy = [asyncio.ensure_future(pool.run(time.sleep, 60, budget_s=60, size=10**6)) for _ in range(pool.workers)]  # every worker of the large lane
+    ready = asyncio.Event()
+
+    async def on_ready(_input: Any, _call: Any) -> Any:
+        ready.set()
+        return {"details": 1}
+
+    code = 'await tools.callValue("host:core:ready", {}); return (await tools.callValue("host:core:echo", {s: "y".repeat(100000)}));'
+    leg = asyncio.ensure_future(client.exec(scope, tool_call_id="cancel-long", code=code, handlers={"host:core:ready": on_ready}, limits=LimitOverrides(timeout_ms=20000)))
+    try:
+        await asyncio.wait_for(ready.wait(), timeout=60)
+        run_id = (await client.list_runs(scope)).runs[0].run_id
+        await asyncio.sleep(1.0)  # the long request reaches the host and waits for a worker
+        started = time.monotonic()
+        assert await client.cancel_run(scope, run_id) == "running"
+        result = await asyncio.wait_for(leg, timeout=60)
+        took = time.monotonic() - started
+    finally:
+        for job in busy:
+            job.cancel()
+        await asyncio.gather(*busy, return_exceptions=True)
+    assert (result.status, result.code) == ("failed", "aborted"), result.raw_json
+    assert took < 6.0, f"the cancel took {took:.1f} s"  # about 18 s (the rest of the leg's deadline) before

@@ -25,7 +25,11 @@ from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Pro
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed
 
-__all__ = ["LongAdmission", "admit_long_request", "is_long_request"]
+__all__ = ["LONG_REQUEST_BOUND_S", "LongAdmission", "admit_long_request", "is_long_request"]
+
+#: Longest :func:`admit_long_request` takes by its own budgets: two worker calls of at most the
+#: long-JSON budget each, plus the pool's half second of slack per call (``CpuPool.run``).
+LONG_REQUEST_BOUND_S = 2 * (LARGE_JSON_BUDGET_MS / 1000.0 + 0.5)
 
 _INPUT_AT = {BridgeMethod.CALL.value: 1, BridgeMethod.CALL_VALUE.value: 1, BridgeMethod.NAMESPACE.value: 2}
 
