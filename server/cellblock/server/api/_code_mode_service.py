@@ -109,7 +109,7 @@ async def _read_start(kind: str, iterator: AsyncIterator[Any], context: grpc.aio
     return start, scope
 
 
-async def _long_result(cpu: CpuPool, nested_call_id: str, ok_json: str, entry: CatalogEntry | None) -> ToolOutcome:
+async def _long_result(cpu: CpuPool, scope: tuple[str, str], nested_call_id: str, ok_json: str, entry: CatalogEntry | None) -> ToolOutcome:
     """A long tool result read, and checked against its output contract when the entry is known, in a worker (SPEC §3.1 item 6).
 
     Reading megabytes of dense JSON and writing them again took the loop 240 ms for 7 MB. A
@@ -117,13 +117,13 @@ async def _long_result(cpu: CpuPool, nested_call_id: str, ok_json: str, entry: C
     """
     checked = portable(entry) if entry is not None and entry.output_validator is not None else None
     try:
-        prepared = await cpu.run(result_in_worker, ok_json, checked, budget_s=LARGE_JSON_BUDGET_MS / 1000.0, size=len(ok_json))
+        prepared = await cpu.run(result_in_worker, ok_json, checked, budget_s=LARGE_JSON_BUDGET_MS / 1000.0, size=len(ok_json), tenant=scope)
     except (WorkBudgetExceeded, WorkerFailed):
         prepared = PreparedResult(len(ok_json.encode("utf-8", "surrogatepass")), False, overran=True)
     return ToolOutcome(nested_call_id, ok_json=ok_json, prepared=prepared)
 
 
-async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: CpuPool) -> None:
+async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str]) -> None:
     """Puts the runtime's tool results and cancel on the leg's queue until the stream ends.
 
     A long result is read in a worker first (:func:`_long_result`) by a second task, and the
@@ -131,7 +131,7 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
     it (SPEC §3.6 item 1): the read is dropped with the leg.
     """
     results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None] = asyncio.Queue()
-    delivery = asyncio.ensure_future(_deliver_results(results, ports, cpu))
+    delivery = asyncio.ensure_future(_deliver_results(results, ports, cpu, scope))
     try:
         try:
             async for message in iterator:
@@ -169,10 +169,10 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
         delivery.cancel()
 
 
-async def _deliver_results(results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None], ports: StreamPorts, cpu: CpuPool) -> None:
+async def _deliver_results(results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str]) -> None:
     """Hands the leg the stream's results in arrival order, a long one once a worker read it; ``None`` ends."""
     while (item := await results.get()) is not None:
-        ports.tool_result(item if isinstance(item, ToolOutcome) else await _long_result(cpu, *item))
+        ports.tool_result(item if isinstance(item, ToolOutcome) else await _long_result(cpu, scope, *item))
 
 
 def _log_completed(bound: FilteringBoundLogger, report: LegReport, started: float) -> None:
@@ -305,7 +305,7 @@ class CodeModeService:
             finally:
                 outbox.put_nowait(None)
 
-        reader = asyncio.ensure_future(_read_runtime(iterator, ports, self._runner.cpu))
+        reader = asyncio.ensure_future(_read_runtime(iterator, ports, self._runner.cpu, scope))
         leg = asyncio.ensure_future(run_leg())
         self._state.active_legs[id(leg)] = (scope, ports, leg)
         try:

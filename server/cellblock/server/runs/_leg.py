@@ -311,7 +311,7 @@ class Leg(LegEnding):
         self.reserve_slot_now()  # the first suspension takes the run's slot, asked for while the cell writes its snapshot
 
     # ---------------------------------------------------------- requests
-    def _on_request(self, req: bpb.GuestRequest) -> Awaitable[None] | None:
+    def _on_request(self, req: bpb.GuestRequest) -> Awaitable[LegOutcome | None] | None:
         if is_long_request(req):
             return self._on_long_request(req)  # read in a worker, the leg's other events wait (SPEC §3.1 item 6)
         p = admit_request(self.run_, req, self._log, self._refusals_logged)

@@ -140,7 +140,7 @@ class SettleLoop:
             The aborted outcome when a cancel came first, else ``None`` (a cell exit that came
             first is queued again for the settle loop).
         """
-        task = asyncio.ensure_future(work)
+        task: asyncio.Future[object] = asyncio.ensure_future(work)
         try:
             first = await self.hold_events_until(task, bound_s)
         except TimeoutError:
