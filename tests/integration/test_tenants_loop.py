@@ -11,18 +11,20 @@ the rule the code keeps is 20 ms.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json as _json
 import os
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import grpc
 import pytest
 
-from cellblock.client import CellblockClient, CellblockError, Scope, Tool
+from cellblock.client import CellblockClient, CellblockError, LimitOverrides, Scope, Tool
+from cellblock.server.workers import cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2
@@ -294,3 +296,67 @@ async def test_long_tool_inputs_and_results_keep_every_check(client: CellblockCl
     assert value[2].startswith("this callValue request is nested too deeply"), value[2]
     assert value[3].startswith('Tool "host:core:rows" returned details that do not match'), value[3]
     assert value[4] == ["host:core:free", len(_json.dumps({"k": pad}))], value[4]
+
+
+@contextlib.asynccontextmanager
+async def _busy_workers() -> AsyncIterator[None]:
+    """Keeps every worker of the pool's large lane busy (a minute's sleep each) until the block ends."""
+    pool = cpu_pool()
+    busy = [asyncio.ensure_future(pool.run(time.sleep, 60, budget_s=60, size=10**6)) for _ in range(pool.workers)]
+    try:
+        yield
+    finally:
+        for job in busy:
+            job.cancel()  # stops the sleeping workers
+        await asyncio.gather(*busy, return_exceptions=True)
+
+
+async def test_a_cancel_ends_a_leg_while_its_long_request_waits_for_a_worker(client: CellblockClient, scope: Scope) -> None:
+    # A long request is read in a worker within the leg's deadline (up to 30 s). A CancelRun
+    # meanwhile must end the leg now: it waited for the read before (here, for the busy workers).
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="ready"), Tool(source="host", owner="core", name="echo")])
+    ready = asyncio.Event()
+
+    async def on_ready(_input: Any, _call: Any) -> Any:
+        ready.set()
+        return {"details": 1}
+
+    code = 'await tools.callValue("host:core:ready", {}); return (await tools.callValue("host:core:echo", {s: "y".repeat(100000)}));'
+    async with _busy_workers():
+        leg = asyncio.ensure_future(client.exec(scope, tool_call_id="cancel-long", code=code, handlers={"host:core:ready": on_ready}, limits=LimitOverrides(timeout_ms=20000)))
+        await asyncio.wait_for(ready.wait(), timeout=60)
+        run_id = (await client.list_runs(scope)).runs[0].run_id
+        await asyncio.sleep(1.0)  # the long request reaches the host and waits for a worker
+        started = time.monotonic()
+        assert await client.cancel_run(scope, run_id) == "running"
+        result = await asyncio.wait_for(leg, timeout=60)
+        took = time.monotonic() - started
+    assert (result.status, result.code) == ("failed", "aborted"), result.raw_json
+    assert took < 6.0, f"the cancel took {took:.1f} s"  # about 19 s (the rest of the leg's deadline) before
+
+
+async def test_a_cancel_does_not_wait_for_a_long_result_being_read(client: CellblockClient, scope: Scope, service: Any) -> None:
+    # A tool result over 64 KiB is read in a worker before it reaches the leg; a Cancel the runtime
+    # sends after it waited behind that read (the stream's messages are read in order).
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows")])
+    called = asyncio.Event()
+
+    async def rows(_input: Any, _call: Any) -> Any:
+        called.set()
+        return {"details": "r" * 100_000}
+
+    def active() -> bool:
+        return any(leg_scope == (scope.session_id, scope.agent_run_id) for leg_scope, _, _ in service.state.active_legs.values())
+
+    async with _busy_workers():
+        leg = asyncio.ensure_future(client.exec(scope, tool_call_id="cancel-result", code='return (await tools.callValue("host:core:rows", {})).length;', handlers={"host:core:rows": rows}, limits=LimitOverrides(timeout_ms=20000)))
+        await asyncio.wait_for(called.wait(), timeout=60)
+        await asyncio.sleep(1.0)  # the result reaches the service and waits for a worker
+        started = time.monotonic()
+        leg.cancel()  # the client sends Cancel
+        while active() and time.monotonic() - started < 30:
+            await asyncio.sleep(0.05)
+        took = time.monotonic() - started
+    # 0.1 s measured; before, the leg waited behind the read until this client's drain cut the
+    # transport 5 s after its Cancel (a runtime that keeps its stream open waited the leg's deadline).
+    assert not active() and took < 3.0, f"the leg ended {took:.1f} s after the cancel"

@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import multiprocessing
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from concurrent.futures import CancelledError as FutureCancelledError
 from concurrent.futures import TimeoutError as FutureTimeoutError
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pebble
@@ -53,12 +55,24 @@ class WorkerFailed(Exception):  # noqa: N818
 
 
 
+@dataclass
+class _Turns:
+    """One tenant's turns in one lane: ``slots`` counts its calls in the lane's queue, ``users`` its calls waiting or queued."""
+
+    slots: asyncio.Semaphore
+    users: int = 0
+
+
 class CpuPool:
-    """A bounded pool of worker processes with a time budget per call, in two lanes.
+    """A bounded pool of worker processes with a time budget per call, in two lanes, shared fairly by scopes.
 
     Calls whose input is at most :data:`SMALL_JOB_CHARS` use the small lane (one worker:
     such a call takes milliseconds), larger ones the large lane; a tenant flooding the
     large lane delays only other large inputs.
+
+    Each lane gives a tenant (a scope) at most :meth:`share` calls in the lane's queue at
+    once; the tenant's further calls wait for one of them to end, so another tenant's call
+    queues behind at most that many of its calls, never behind its whole backlog (SPEC §2.3).
 
     Args:
         workers: Worker processes of the large lane (calls beyond them queue; queueing
@@ -70,6 +84,34 @@ class CpuPool:
         self.workers = max(1, workers)
         self._pools: dict[bool, pebble.ProcessPool] = {}
         self._lock = threading.Lock()
+        #: Per lane and tenant, its turns (a semaphore of :meth:`share` calls) and the calls using it.
+        self._turns: dict[tuple[bool, Hashable], _Turns] = {}
+
+    def share(self, small: bool) -> int:
+        """Calls one tenant may have in a lane's queue at once: half the lane's workers, at least one."""
+        return 1 if small else max(1, self.workers // 2)
+
+    @contextlib.asynccontextmanager
+    async def _turn(self, small: bool, tenant: Hashable, budget_s: float) -> AsyncIterator[None]:
+        """Holds one of ``tenant``'s turns in the lane; waits at most ``budget_s`` for it."""
+        key = (small, tenant)
+        turns = self._turns.get(key)
+        if turns is None:
+            turns = self._turns[key] = _Turns(asyncio.Semaphore(self.share(small)))
+        turns.users += 1
+        try:
+            try:
+                await asyncio.wait_for(turns.slots.acquire(), timeout=budget_s)
+            except TimeoutError:
+                raise WorkBudgetExceeded from None
+            try:
+                yield
+            finally:
+                turns.slots.release()
+        finally:
+            turns.users -= 1
+            if turns.users == 0:
+                del self._turns[key]  # no tenant leaves a trace once its calls ended
 
     def _ensure(self, small: bool) -> pebble.ProcessPool:
         with self._lock:
@@ -79,14 +121,16 @@ class CpuPool:
                 self._pools[small] = pool
             return pool
 
-    async def run(self, fn: Callable[..., T], *args: Any, budget_s: float, size: int = 0) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, budget_s: float, size: int = 0, tenant: Hashable = None) -> T:
         """Runs ``fn(*args)`` in a worker process.
 
         Args:
             fn: A module-level function (it and its arguments and result must pickle).
             *args: Its arguments.
-            budget_s: Seconds the call may take, queueing included.
+            budget_s: Seconds the call may take, queueing included (waiting for the tenant's turn too).
             size: The input's size in characters; it picks the lane.
+            tenant: Whose call it is (a scope's ``(session_id, agent_run_id)``); ``None`` is one
+                tenant of its own, for calls no scope makes.
 
         Returns:
             What ``fn`` returned.
@@ -98,7 +142,16 @@ class CpuPool:
         """
         if budget_s <= 0:
             raise WorkBudgetExceeded
-        future = self._ensure(size <= SMALL_JOB_CHARS).schedule(fn, args=args, timeout=budget_s)
+        small = size <= SMALL_JOB_CHARS
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + budget_s
+        async with self._turn(small, tenant, budget_s):
+            return await self._run(self._ensure(small), fn, args, give_up - loop.time())
+
+    async def _run(self, pool: pebble.ProcessPool, fn: Callable[..., T], args: tuple[Any, ...], budget_s: float) -> T:
+        if budget_s <= 0:
+            raise WorkBudgetExceeded
+        future = pool.schedule(fn, args=args, timeout=budget_s)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout=budget_s + 0.5)
         except (FutureTimeoutError, TimeoutError):

@@ -43,7 +43,7 @@ async def _put(scope: ScopeCatalog, cpu: CpuPool, tools: list[dict[str, Any]], m
     assert problem is None, problem
     view = scope.catalog.register(decoded, mode=mode, check_schemas=False, copy=False)
     scope.schema_texts = {**scope.schema_texts, **texts} if mode == "merge" else texts
-    scope.set_prepared(await prepare_view(view, scope.schema_texts, cpu, 0))
+    scope.set_prepared(await prepare_view(view, scope.schema_texts, cpu, 0, ("s", "a")))
 
 
 def _sent_catalog(run: RunCatalog) -> dict[str, Any]:
@@ -161,7 +161,7 @@ async def _put_with(scope: ScopeCatalog, cpu: CpuPool, tools: list[dict[str, Any
     assert problem is None, problem
     view = scope.catalog.register(decoded, direct_tool_names=direct, deny=deny, check_schemas=False, copy=False)
     scope.schema_texts = texts
-    scope.set_prepared(await prepare_view(view, texts, cpu, 0))
+    scope.set_prepared(await prepare_view(view, texts, cpu, 0, ("s", "a")))
 
 
 @pytest.mark.asyncio

@@ -167,7 +167,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             # worker process within the registration budget; the loop then registers the decoded,
             # checked tools the worker hands back (SPEC §3.1 item 6, §3.2 item 3).
             size = sum(len(t.parameters_json) + len(t.output_schema_json) + len(t.description) for t in request.tools)
-            problem, texts, tools = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+            problem, texts, tools = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
             if problem is not None:
                 raise CatalogRegistrationError(*problem)
             # Registered into a fork, swapped in once prepared: a merge that fails changes nothing (SPEC §3.2 item 4).
@@ -175,7 +175,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             view = staged.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
             schema_texts = {**existing.schema_texts, **texts} if existing is not None and target is existing else texts
             total = size + (target.prepared_size if merge else 0)
-            prepared = await prepare_view(view, schema_texts, self._cpu, total)
+            prepared = await prepare_view(view, schema_texts, self._cpu, total, scope)
             target.catalog, target.schema_texts = staged, schema_texts
             target.set_prepared(prepared, total)
         except CatalogRegistrationError as exc:

@@ -347,7 +347,7 @@ def _start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]]
     return namespace, start_catalog_part(catalog_json), model, _utf8_json([entry_state(e) for e in entries]), len(catalog_json.encode("utf-8"))
 
 
-async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPool, size: int) -> PreparedView:
+async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPool, size: int, scope: tuple[str, str]) -> PreparedView:
     """Builds a view's namespace and ``Start`` catalog part in a worker process (SPEC §8.5, §8.6, §2.3).
 
     Args:
@@ -355,13 +355,14 @@ async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPoo
         schema_texts: The compact JSON of its entries' schemas (from ``registration_problem``).
         cpu: The worker pool.
         size: Estimates the catalog's registered text in characters (it picks the lane).
+        scope: The registering scope (its share of the worker pool).
 
     Raises:
         WorkBudgetExceeded: It took longer than the registration budget.
         WorkerFailed: The worker died.
     """
     entries = [portable(entry) for entry in view.entries]
-    namespace, part, model, entries_json, catalog_bytes = await cpu.run(_start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size)
+    namespace, part, model, entries_json, catalog_bytes = await cpu.run(_start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
     return PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
 
 

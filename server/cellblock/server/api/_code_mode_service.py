@@ -109,7 +109,7 @@ async def _read_start(kind: str, iterator: AsyncIterator[Any], context: grpc.aio
     return start, scope
 
 
-async def _long_result(cpu: CpuPool, nested_call_id: str, ok_json: str, entry: CatalogEntry | None) -> ToolOutcome:
+async def _long_result(cpu: CpuPool, scope: tuple[str, str], nested_call_id: str, ok_json: str, entry: CatalogEntry | None) -> ToolOutcome:
     """A long tool result read, and checked against its output contract when the entry is known, in a worker (SPEC §3.1 item 6).
 
     Reading megabytes of dense JSON and writing them again took the loop 240 ms for 7 MB. A
@@ -117,46 +117,62 @@ async def _long_result(cpu: CpuPool, nested_call_id: str, ok_json: str, entry: C
     """
     checked = portable(entry) if entry is not None and entry.output_validator is not None else None
     try:
-        prepared = await cpu.run(result_in_worker, ok_json, checked, budget_s=LARGE_JSON_BUDGET_MS / 1000.0, size=len(ok_json))
+        prepared = await cpu.run(result_in_worker, ok_json, checked, budget_s=LARGE_JSON_BUDGET_MS / 1000.0, size=len(ok_json), tenant=scope)
     except (WorkBudgetExceeded, WorkerFailed):
         prepared = PreparedResult(len(ok_json.encode("utf-8", "surrogatepass")), False, overran=True)
     return ToolOutcome(nested_call_id, ok_json=ok_json, prepared=prepared)
 
 
-async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: CpuPool) -> None:
+async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str]) -> None:
     """Puts the runtime's tool results and cancel on the leg's queue until the stream ends.
 
-    A long result is read in a worker first (:func:`_long_result`); the stream's later
-    messages wait for it, so results keep their order.
+    A long result is read in a worker first (:func:`_long_result`) by a second task, and the
+    results after it wait for it, so results keep their order; a ``Cancel`` never waits for
+    it (SPEC §3.6 item 1): the read is dropped with the leg.
     """
+    results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None] = asyncio.Queue()
+    delivery = asyncio.ensure_future(_deliver_results(results, ports, cpu, scope))
     try:
-        async for message in iterator:
-            which = message.WhichOneof("message")
-            if which == "tool_result":
-                tr = message.tool_result
-                if len(tr.nested_call_id) > MAX_SCOPE_ID_CHARS:
-                    log.warning("tool_result.id_too_long", length=len(tr.nested_call_id))
-                    continue  # never one of ours (SPEC §3.5 item 6)
-                outcome = tr.WhichOneof("outcome")
-                entry = ports.sent_calls.pop(tr.nested_call_id, None)
-                if outcome == "ok_json" and len(tr.ok_json) > INLINE_JSON_CHARS:
-                    ports.tool_result(await _long_result(cpu, tr.nested_call_id, tr.ok_json, entry))
-                elif outcome == "ok_json":
-                    ports.tool_result(ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json))
-                elif outcome == "oversized_bytes":
-                    ports.tool_result(ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes)))
-                else:
-                    kind = _ERROR_KINDS.get(tr.error.kind, ToolErrorKind.FAILED)
-                    ports.tool_result(ToolOutcome(tr.nested_call_id, error_kind=kind, error_message=tr.error.message))
-            elif which == "cancel":
-                ports.cancel()
-    except (grpc.aio.AioRpcError, asyncio.CancelledError):
+        try:
+            async for message in iterator:
+                which = message.WhichOneof("message")
+                if which == "tool_result":
+                    tr = message.tool_result
+                    if len(tr.nested_call_id) > MAX_SCOPE_ID_CHARS:
+                        log.warning("tool_result.id_too_long", length=len(tr.nested_call_id))
+                        continue  # never one of ours (SPEC §3.5 item 6)
+                    outcome = tr.WhichOneof("outcome")
+                    entry = ports.sent_calls.pop(tr.nested_call_id, None)
+                    if outcome == "ok_json" and len(tr.ok_json) > INLINE_JSON_CHARS:
+                        results.put_nowait((tr.nested_call_id, tr.ok_json, entry))
+                    elif outcome == "ok_json":
+                        results.put_nowait(ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json))
+                    elif outcome == "oversized_bytes":
+                        results.put_nowait(ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes)))
+                    else:
+                        kind = _ERROR_KINDS.get(tr.error.kind, ToolErrorKind.FAILED)
+                        results.put_nowait(ToolOutcome(tr.nested_call_id, error_kind=kind, error_message=tr.error.message))
+                elif which == "cancel":
+                    ports.cancel()
+        except grpc.aio.AioRpcError:
+            pass
+        except grpc.aio.AbortError:
+            # An undecodable message ended the stream ([A01], api/_failures.py): nobody can answer the
+            # leg's calls or read its Result, so it ends now like a caller gone, instead of running
+            # on to its deadline and parking a run (holding a suspended-run slot) no caller knows.
+            ports.cancel()
+        results.put_nowait(None)
+        await delivery  # what the stream sent before it ended still reaches the leg
+    except asyncio.CancelledError:
         pass
-    except grpc.aio.AbortError:
-        # An undecodable message ended the stream ([A01], api/_failures.py): nobody can answer the
-        # leg's calls or read its Result, so it ends now like a caller gone, instead of running
-        # on to its deadline and parking a run (holding a suspended-run slot) no caller knows.
-        ports.cancel()
+    finally:
+        delivery.cancel()
+
+
+async def _deliver_results(results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str]) -> None:
+    """Hands the leg the stream's results in arrival order, a long one once a worker read it; ``None`` ends."""
+    while (item := await results.get()) is not None:
+        ports.tool_result(item if isinstance(item, ToolOutcome) else await _long_result(cpu, scope, *item))
 
 
 def _log_completed(bound: FilteringBoundLogger, report: LegReport, started: float) -> None:
@@ -289,7 +305,7 @@ class CodeModeService:
             finally:
                 outbox.put_nowait(None)
 
-        reader = asyncio.ensure_future(_read_runtime(iterator, ports, self._runner.cpu))
+        reader = asyncio.ensure_future(_read_runtime(iterator, ports, self._runner.cpu, scope))
         leg = asyncio.ensure_future(run_leg())
         self._state.active_legs[id(leg)] = (scope, ports, leg)
         try:

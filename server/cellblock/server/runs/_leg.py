@@ -27,7 +27,7 @@ from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, W
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
 from cellblock.server.runs._guest_failure import exit_failure
 from cellblock.server.runs._leg_end import LegEnding
-from cellblock.server.runs._long_request import admit_long_request, is_long_request
+from cellblock.server.runs._long_request import LONG_REQUEST_BOUND_S, admit_long_request, is_long_request
 from cellblock.server.runs._output import NotSerializableError, is_output_entry
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
@@ -311,7 +311,7 @@ class Leg(LegEnding):
         self.reserve_slot_now()  # the first suspension takes the run's slot, asked for while the cell writes its snapshot
 
     # ---------------------------------------------------------- requests
-    def _on_request(self, req: bpb.GuestRequest) -> Awaitable[None] | None:
+    def _on_request(self, req: bpb.GuestRequest) -> Awaitable[LegOutcome | None] | None:
         if is_long_request(req):
             return self._on_long_request(req)  # read in a worker, the leg's other events wait (SPEC §3.1 item 6)
         p = admit_request(self.run_, req, self._log, self._refusals_logged)
@@ -327,14 +327,18 @@ class Leg(LegEnding):
             self._next_step(p, process_request(self.run_, p, loop.time()), loop)
         return None
 
-    async def _on_long_request(self, req: bpb.GuestRequest) -> None:
+    async def _on_long_request(self, req: bpb.GuestRequest) -> LegOutcome | None:
         loop = asyncio.get_running_loop()
-        done = await admit_long_request(self.run_, req, self.cpu, self.deadline - loop.time(), self._log, self._refusals_logged, loop.time)
-        self._in_doubt |= done.in_doubt
-        if isinstance(done.request, ProtocolViolation):
-            self._refuse_protocol(done.request)
-        elif done.request is not None:
-            self._next_step(done.request, done.step, loop) if done.step is not None else self.on_settled(done.request)
+
+        async def admit() -> None:
+            done = await admit_long_request(self.run_, req, self.cpu, self.deadline - loop.time(), self._log, self._refusals_logged, loop.time)
+            self._in_doubt |= done.in_doubt
+            if isinstance(done.request, ProtocolViolation):
+                self._refuse_protocol(done.request)
+            elif done.request is not None:
+                self._next_step(done.request, done.step, loop) if done.step is not None else self.on_settled(done.request)
+
+        return await self.unless_aborted(admit(), LONG_REQUEST_BOUND_S)  # a cancel meanwhile ends the leg now
 
     def _next_step(self, p: PendingRequest, step: Next, loop: asyncio.AbstractEventLoop) -> None:
         if self.run_.restart_safe:

@@ -25,7 +25,11 @@ from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Pro
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed
 
-__all__ = ["LongAdmission", "admit_long_request", "is_long_request"]
+__all__ = ["LONG_REQUEST_BOUND_S", "LongAdmission", "admit_long_request", "is_long_request"]
+
+#: Longest :func:`admit_long_request` takes by its own budgets: two worker calls of at most the
+#: long-JSON budget each, plus the pool's half second of slack per call (``CpuPool.run``).
+LONG_REQUEST_BOUND_S = 2 * (LARGE_JSON_BUDGET_MS / 1000.0 + 0.5)
 
 _INPUT_AT = {BridgeMethod.CALL.value: 1, BridgeMethod.CALL_VALUE.value: 1, BridgeMethod.NAMESPACE.value: 2}
 
@@ -73,6 +77,7 @@ async def admit_long_request(
         clock: ``loop.time`` (settlement times).
     """
     deadline = clock() + left_s
+    tenant = (run.session_id, run.agent_run_id)  # the scope's share of the worker pool
 
     def budget_s() -> float:
         # Within the leg's deadline; past it (the leg is parking) within the watchdog's grace, as
@@ -80,7 +85,7 @@ async def admit_long_request(
         return min(LARGE_JSON_BUDGET_MS / 1000.0, max(deadline - clock(), WATCHDOG_GRACE_MS / 1000.0))
 
     try:
-        parsed = await cpu.run(args_in_worker, req.args_json, _INPUT_AT[req.method], budget_s=budget_s(), size=len(req.args_json))
+        parsed = await cpu.run(args_in_worker, req.args_json, _INPUT_AT[req.method], budget_s=budget_s(), size=len(req.args_json), tenant=tenant)
     except (WorkBudgetExceeded, WorkerFailed):
         parsed = None
     p = admit_request(run, req, leg_log, refusals, parsed=parsed or ([], False))
@@ -96,7 +101,7 @@ async def admit_long_request(
     call = p.call
     if step is Next.NESTED and call is not None and call.input_unchecked and isinstance(call.input, JsonText):
         try:
-            problem = await cpu.run(input_check_in_worker, portable(call.entry), call.input.text, budget_s=budget_s(), size=len(call.input.text))
+            problem = await cpu.run(input_check_in_worker, portable(call.entry), call.input.text, budget_s=budget_s(), size=len(call.input.text), tenant=tenant)
         except (WorkBudgetExceeded, WorkerFailed):
             problem = (msg.b25(req.method, len(req.args_json), LARGE_JSON_BUDGET_MS), "input", None)
         if problem is not None:

@@ -159,7 +159,7 @@ class Runner:
                 force_restart_safe=force_restart_safe,
                 max_source_bytes=limits.max_source_bytes,
             )
-            prepared = await self._prepare(checked.source, checked.language) if not isinstance(checked, InputFailure) else checked
+            prepared = await self._prepare(checked.source, checked.language, (session_id, agent_run_id)) if not isinstance(checked, InputFailure) else checked
         finally:
             await sweeping
         if isinstance(checked, InputFailure):
@@ -192,10 +192,10 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - every path out of a leg releases what the run holds
                 return await self._fault(run, exc, telemetry)
 
-    async def _prepare(self, source: str, language: str) -> PreparedSource | InputFailure:
+    async def _prepare(self, source: str, language: str, scope: tuple[str, str]) -> PreparedSource | InputFailure:
         """Prepares the source in the worker pool within its own budget (SPEC §6, [S05]/[S06])."""
         try:
-            return await self.cpu.run(prepare_source, source, language, budget_s=SOURCE_BUDGET_MS / 1000.0, size=len(source))
+            return await self.cpu.run(prepare_source, source, language, budget_s=SOURCE_BUDGET_MS / 1000.0, size=len(source), tenant=scope)
         except WorkBudgetExceeded:
             return InputFailure(msg.s05(SOURCE_BUDGET_MS))
         except WorkerFailed:

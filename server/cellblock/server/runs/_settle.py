@@ -123,6 +123,38 @@ class SettleLoop:
             for event in [*held, *later]:
                 queue.put_nowait(event)
 
+    async def unless_aborted(self, work: Coroutine[object, object, None], bound_s: float) -> LegOutcome | None:
+        """Runs ``work`` (a long request's reading in a worker) unless a cancel or the cell's exit comes first.
+
+        The reading may take up to :data:`~cellblock.server.limits.LARGE_JSON_BUDGET_MS`
+        (queueing for a worker included); a ``Cancel``, ``CancelRun`` or the cell's death
+        meanwhile ends the leg now (SPEC §3.6 item 1), not after it: ``work`` is cancelled,
+        and with it its worker call (the pool drops a queued call and stops the worker
+        running one). Other events stay queued, in order, for the settle loop.
+
+        Args:
+            work: The coroutine; what it raises is raised here.
+            bound_s: Longest ``work`` can take by its own budgets; past it the loop only awaits it.
+
+        Returns:
+            The aborted outcome when a cancel came first, else ``None`` (a cell exit that came
+            first is queued again for the settle loop).
+        """
+        task: asyncio.Future[object] = asyncio.ensure_future(work)
+        try:
+            first = await self.hold_events_until(task, bound_s)
+        except TimeoutError:
+            first = None
+        if first is None:
+            await task
+            return None
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        if isinstance(first, Cancelled):
+            return self.on_runtime_event(first, asyncio.get_running_loop().time())
+        self.ports.events.put_nowait(first)
+        return None
+
     # ------------------------------------------------------------ dispatch and abandon
     def dispatch(self, p: PendingRequest) -> None:
         """Dispatches one resolved nested call, or holds it until the run's slot is reserved.

@@ -1,0 +1,52 @@
+"""The worker pool is shared fairly by scopes (issue 11 item 1, SPEC §2.3).
+
+Real worker processes (``pebble``, ``spawn``) sleeping for the call's time: one scope's
+backlog of long calls must not keep the workers from another scope's call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from cellblock.server.workers import CpuPool, WorkBudgetExceeded
+
+LARGE = 10**6  # characters: the large lane
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[CpuPool]:
+    one = CpuPool(1)
+    yield one
+    one.close()
+
+
+async def test_another_scopes_call_waits_for_one_call_of_a_busy_scope_not_its_backlog(pool: CpuPool) -> None:
+    await pool.run(time.sleep, 0, budget_s=60, size=LARGE)  # the worker has started
+    order: list[tuple[str, int]] = []
+
+    async def call(tenant: str, n: int) -> None:
+        await pool.run(time.sleep, 0.3, budget_s=60, size=LARGE, tenant=tenant)
+        order.append((tenant, n))
+
+    backlog = [asyncio.ensure_future(call("a", n)) for n in range(4)]
+    await asyncio.sleep(0.05)  # scope a's calls are all asked for first
+    await asyncio.gather(*backlog, call("b", 0))
+    # Without shares the lane's queue was first come, first served: b ran after all four of a's.
+    assert order == [("a", 0), ("b", 0), ("a", 1), ("a", 2), ("a", 3)], order
+
+
+async def test_waiting_for_the_scopes_turn_counts_against_the_budget(pool: CpuPool) -> None:
+    first = asyncio.ensure_future(pool.run(time.sleep, 1.0, budget_s=60, size=LARGE, tenant="a"))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    with pytest.raises(WorkBudgetExceeded):
+        await pool.run(time.sleep, 0, budget_s=0.2, size=LARGE, tenant="a")
+    assert time.monotonic() - started < 0.9  # it gave up at its budget, not after the scope's other call
+    await first
+    assert await pool.run(sum, [1, 2], budget_s=60, size=LARGE, tenant="a") == 3  # the scope's turns came back
