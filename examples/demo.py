@@ -56,7 +56,9 @@ async def main() -> int:
         spans_file = Path(traces) / "spans.jsonl"
         telemetry = configure_telemetry(f"jsonfile:{spans_file}")  # the demo is an entry point: it wires the SDK
         tracer = trace.get_tracer("examples.demo")
-        settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=image, code_mode={"enabled": "auto"}, socket_dir=sockets)
+        # Its own state directory (SQLite run store, instance id): a running `make serve`, which
+        # locks the default one, and the demo do not collide, and the demo leaves nothing behind.
+        settings = ServerSettings(address="127.0.0.1:0", executor="docker", image=image, code_mode={"enabled": "auto"}, socket_dir=sockets, state_dir=os.path.join(sockets, "state"))
         service = await start_service(settings)
         try:
             await service.executor.check()
