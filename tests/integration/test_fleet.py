@@ -105,7 +105,7 @@ async def test_the_cap_holds_across_both_replicas(fleet: Any) -> None:
     assert [p.status for p in parked] == ["waiting"] * 3
     for c in (ca, cb):
         refused = await c.exec(scope, tool_call_id="cap-over", code=code, handlers={}, limits=LIMITS)
-        assert (refused.status, refused.code) == ("failed", "invalid_input")
+        assert (refused.status, refused.code) == ("failed", "runtime_unavailable")
         assert refused.error == "too many runs are suspended or waiting on tools in this cellblock deployment (limit 3); finish waiting runs before starting new ones."
     done = await cb.wait(scope, tool_call_id="cap0-w", run_id=parked[0].run_id)
     assert done.status == "completed"

@@ -193,11 +193,12 @@ async def test_suspended_run_cap_refuses_the_65th(client: CellblockClient, scope
         assert await store.reserve_slot(run_id, "filler", "filler", 1.0, "filler-lease", 600)
     try:
         result = await client.exec(scope, tool_call_id="cap", code='return await yield_control();', handlers={})
-        assert (result.status, result.code) == ("failed", "invalid_input")
+        assert (result.status, result.code, result.failure_phase) == ("failed", "runtime_unavailable", "host")
         assert result.error == "too many runs are suspended or waiting on tools in this cellblock deployment (limit 64); finish waiting runs before starting new ones."
         called: list[Any] = []
         result = await client.exec(scope, tool_call_id="cap2", code='return await tools.callValue("client:app:slow", {});', handlers={"slow": lambda i, c: called.append(i)})
-        assert result.code == "invalid_input" and result.bridge_dispatch_started is False
+        assert (result.code, result.failure_phase) == ("runtime_unavailable", "host") and result.bridge_dispatch_started is False
+        assert result.error.startswith("too many runs are suspended or waiting on tools"), result.error
         assert called == [], "nothing may be dispatched without a slot"
         assert (await store.counts())[0] == 64
     finally:

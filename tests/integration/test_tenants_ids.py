@@ -145,3 +145,21 @@ async def test_an_exec_nested_too_deeply_gets_the_depth_reason(client: Cellblock
     result = await client.exec(scope, tool_call_id="deep", arguments=deep, handlers={})
     assert result.status == "failed" and result.code == "invalid_input", result.raw_json
     assert result.error == "exec input is nested too deeply to read; send a JSON object whose code field is a string.", result.error
+
+
+@pytest.mark.parametrize("length", [MAX_SCOPE_ID_CHARS + 1, 1_000_000])
+async def test_a_wait_run_id_longer_than_the_cap_is_refused_before_any_lookup(client: CellblockClient, scope: Scope, length: int) -> None:
+    # The run id is inside the model's arguments, so the refusal is a result ([W08], SPEC §5.2 item 2), not a status.
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
+    with structlog.testing.capture_logs() as logs:
+        result = await client.wait(scope, tool_call_id="w", arguments={"runId": "r" * length})
+    assert result.status == "failed" and result.code == "invalid_input", result.raw_json
+    assert result.error == f"runId is longer than {MAX_SCOPE_ID_CHARS} characters; pass the runId of the waiting result unchanged.", result.error
+    assert all(len(json.dumps(line, default=str)) < 8 * 1024 for line in logs)
+
+
+async def test_a_wait_run_id_at_the_cap_is_looked_up(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
+    result = await client.wait(scope, tool_call_id="w", arguments={"runId": "r" * MAX_SCOPE_ID_CHARS})
+    assert result.status == "failed" and result.code == "invalid_input", result.raw_json
+    assert result.error == "this run is unknown or has expired; start a new exec instead of waiting.", result.error

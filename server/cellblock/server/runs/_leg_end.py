@@ -105,7 +105,7 @@ class LegEnding(SettleLoop):
         data = self._snapshot_in.data()
         if not run.holds_slot and not await self._reserve_slot(run):
             self.abandon_dispatched()
-            return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))
+            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r01(self.slot_cap))
         # The runner parks the run: its record and snapshot in one store transaction.
         run.snapshot_bytes = len(data)
         self.trace.snapshot_stored(len(data), suspended.raw_bytes)

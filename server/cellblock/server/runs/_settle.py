@@ -237,7 +237,7 @@ class SettleLoop:
                 held, self._awaiting_slot = self._awaiting_slot, []
                 if not granted:
                     self.abandon_dispatched()
-                    return failed(ErrorCode.INVALID_INPUT, msg.r01(self.slot_cap))
+                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r01(self.slot_cap))
                 for p in held:
                     self.redispatch(p)
             case HostedSettled(bridge_id=bridge_id):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from cellblock.server import messages as m
 from cellblock.server.catalog import js_trim, strict_json
 from cellblock.server.config import LANGUAGES, Language
+from cellblock.server.limits import MAX_SCOPE_ID_CHARS
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,9 @@ def validate_wait(arguments_json: str) -> str | InputFailure:
 
     Returns:
         The trimmed run id (``runId`` when it is a non-blank string, else ``run_id``),
-        or a failure with [W01] (not a JSON object) or [W02] (no usable run id).
+        or a failure with [W01] (not a JSON object), [W02] (no usable run id) or [W08]
+        (a run id longer than :data:`~cellblock.server.limits.MAX_SCOPE_ID_CHARS`: no run
+        has one, and it never reaches the store or a log line).
     """
     arguments = _arguments(arguments_json, m.W01, m.W07)
     if isinstance(arguments, InputFailure):
@@ -162,5 +165,6 @@ def validate_wait(arguments_json: str) -> str | InputFailure:
     for key in ("runId", "run_id"):
         value = arguments.get(key)
         if _counts(value):
-            return js_trim(str(value))
+            run_id = js_trim(str(value))
+            return InputFailure(m.W08) if len(run_id) > MAX_SCOPE_ID_CHARS else run_id
     return InputFailure(m.W02)
