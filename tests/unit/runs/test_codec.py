@@ -225,3 +225,28 @@ def test_protocol_violations_with_huge_ids_do_not_grow_the_run_or_its_parked_rec
     assert run.provenance_of("bridge:call:0" + "9" * 999_999) is None
     back = decode_run(_record(run), lambda state, _scope: RunCatalog.from_state(state, CodeModeConfig()))
     assert back.provenance_of(ids[3]) is Provenance.INTERNAL
+
+
+def test_a_refused_range_is_counted_in_one_step_whatever_its_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refused range is counted in one addition, whatever ``refused_count`` says.
+
+    The guest names the range's length (up to 10**16 ids). The host counted it id by id, so a
+    fuzzer-drawn range of 3 * 10**15 calls held the service's event loop for good (found by the
+    bridge fuzzer in CI).
+    """
+    import structlog
+
+    from cellblock.bridge.v1 import bridge_service_pb2 as bpb
+    from cellblock.server.runs import _policy
+
+    recorded: list[tuple[str, int]] = []
+    monkeypatch.setattr(_policy, "record_bridge_call", lambda method, requests=1: recorded.append((method, requests)))
+    run = _run(_catalog().view())
+    refusals: dict[tuple[str, str], int] = {}
+    before = run.counts[BridgeMethod.CALL]
+    for bridge_id, length in (("bridge:call:100", 100_000), ("bridge:callValue:100", 3 * 10**15)):
+        req = bpb.GuestRequest(bridge_id=bridge_id, method=bridge_id.split(":")[1], refusal=bpb.GUEST_REFUSAL_PENDING_CAP, refused_count=length)
+        assert _policy.admit_request(run, req, structlog.get_logger(), refusals) is None
+    assert recorded == [("call", 100_000), ("call", 3 * 10**15)]
+    assert run.counts[BridgeMethod.CALL] - before == 100_000 + 3 * 10**15
+    assert sum(refusals.values()) == 100_000 + 3 * 10**15

@@ -297,9 +297,9 @@ class RunCatalog:
             return result["details"]
         return result
 
-    def count_call(self) -> None:
-        """Counts one nested call request in the view's catalog session."""
-        self._view.counters.count_call()
+    def count_call(self, requests: int = 1) -> None:
+        """Counts ``requests`` nested call requests in the view's catalog session."""
+        self._view.counters.count_call(requests)
 
     @staticmethod
     def is_replay_safe_call(entry: CatalogEntry, text: object) -> bool:

@@ -78,10 +78,10 @@ class CatalogCounters:
         with self._lock:
             self._describe += 1
 
-    def count_call(self) -> None:
-        """Counts one call request, whatever its outcome (SPEC §8.3 item 5)."""
+    def count_call(self, requests: int = 1) -> None:
+        """Counts ``requests`` call requests, whatever their outcome (SPEC §8.3 item 5)."""
         with self._lock:
-            self._call += 1
+            self._call += requests
 
     def snapshot(self) -> CounterSnapshot:
         """Returns a closed copy of the counters."""

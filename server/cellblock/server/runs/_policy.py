@@ -151,8 +151,8 @@ def admit_refused(
     else:
         ranges.append((req.method, first, last, provenance))
     if method.nested:
-        for _ in range(first, last + 1):
-            count(run, BridgeMethod.CALL)
+        # One addition for the whole range: the guest names its length (up to 10**16 ids).
+        count(run, BridgeMethod.CALL, last - first + 1)
     # A kind this host does not know (a forged or newer agent) is logged by its number, never raised on.
     kind = (req.method, bpb.GuestRefusal.Name(req.refusal) if req.refusal in bpb.GuestRefusal.values() else f"GUEST_REFUSAL_{req.refusal}")
     if kind not in refusals:
@@ -187,14 +187,14 @@ def refuse_over_host_limits(run: Run, p: PendingRequest, now: float) -> bool:
     return False
 
 
-def count(run: Run, kind: BridgeMethod) -> None:
-    """Counts one bridge request in the run and in the catalog session (SPEC §8.3 item 5)."""
+def count(run: Run, kind: BridgeMethod, requests: int = 1) -> None:
+    """Counts ``requests`` bridge requests in the run and in the catalog session (SPEC §8.3 item 5)."""
     key = BridgeMethod.CALL if kind.nested else kind
-    run.counts[key] += 1
+    run.counts[key] += requests
     if key is BridgeMethod.CALL:
         # search/describe are counted by the view as it answers them.
-        run.view.count_call()
-    record_bridge_call(key.value)
+        run.view.count_call(requests)
+    record_bridge_call(key.value, requests)
 
 
 def process_request(run: Run, p: PendingRequest, now: float) -> Next:

@@ -53,8 +53,8 @@ class CatalogPort(Protocol):
     def project_result(self, method: str, call: ResolvedCall, outcome: ToolOutcome, inbox_bytes: int) -> object:
         """Turns a tool outcome into the value the guest receives (SPEC §8.4 item 2, §3.5)."""
 
-    def count_call(self) -> None:
-        """Counts one nested call request in the catalog session."""
+    def count_call(self, requests: int = 1) -> None:
+        """Counts ``requests`` nested call requests in the catalog session."""
 
     def to_state(self) -> dict[str, Any]:
         """The view and its catalog session as a JSON document for the run store (SPEC §10.7 item 2)."""

@@ -68,9 +68,9 @@ def record_cell_start(seconds: float, executor: str) -> None:
     _cell_start.record(seconds, {attr.EXECUTOR: executor})
 
 
-def record_bridge_call(method: str) -> None:
-    """Counts one bridge request (``search``, ``describe`` or ``call``)."""
-    _bridge_calls.add(1, {attr.BRIDGE_METHOD: method})
+def record_bridge_call(method: str, requests: int = 1) -> None:
+    """Counts ``requests`` bridge requests (``search``, ``describe`` or ``call``)."""
+    _bridge_calls.add(requests, {attr.BRIDGE_METHOD: method})
 
 
 def record_snapshot(size_bytes: int) -> None:
