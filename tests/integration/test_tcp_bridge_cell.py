@@ -2,7 +2,7 @@
 
 The cell image, locked down by the same lockdown, under the Kubernetes seccomp profile (the Docker
 one plus AF_INET/AF_INET6 sockets), dials a BridgeListener and runs a leg. Docker's host network
-stands in for the pod network (the only change to the Docker options besides the profile and the
+stands in for the pod network (with the engine's networking enabled again: the only change to the Docker options besides the profile and the
 bridge variables): this is what a cell pod does on a cluster (SPEC §16.3 item 2).
 """
 
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 def _cell(client: docker.DockerClient, listener: BridgeListener, token: str, *, profile: str) -> object:
     spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir="/nonexistent", cell_token=token, memory_limit_bytes=64 << 20)
     options = container_options(DockerExecutorConfig(image=IMAGE, runtime=OCI_RUNTIME), spec, profile)
-    options.update(network_mode="host", volumes={}, environment={"CELLBLOCK_BRIDGE_ADDRESS": f"127.0.0.1:{listener.port}", "CELLBLOCK_CELL_TOKEN": token}, name=f"cellblock-tcp-{os.getpid()}-{secrets.token_hex(3)}")
+    options.update(network_mode="host", network_disabled=False, volumes={}, environment={"CELLBLOCK_BRIDGE_ADDRESS": f"127.0.0.1:{listener.port}", "CELLBLOCK_CELL_TOKEN": token}, name=f"cellblock-tcp-{os.getpid()}-{secrets.token_hex(3)}")
     return client.containers.run(**options)
 
 
