@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from cellblock.server.limits import ECHO_MAX_CHARS, SUSPENDED_RUN_CAP, SYNTAX_ERROR_MESSAGE_MAX_CHARS
+from cellblock.server.limits import ECHO_MAX_CHARS, MAX_SCOPE_ID_CHARS, SUSPENDED_RUN_CAP, SYNTAX_ERROR_MESSAGE_MAX_CHARS
 
 
 def echo(text: str) -> str:
@@ -64,7 +64,7 @@ W04 = "this run belongs to a different session; only the session that started it
 W05 = "this run belongs to a different agent run; only the agent run that started it can wait on it."
 W06 = "this run is already being resumed by another wait; let that call return first."
 W07 = "wait input is nested too deeply to read; send a JSON object whose runId field is a string."
-W08 = "runId is longer than 256 characters; pass the runId of the waiting result unchanged."
+W08 = f"runId is longer than {MAX_SCOPE_ID_CHARS} characters; pass the runId of the waiting result unchanged."
 
 # §14.2 Source preparation (invalid_input, phase input).
 S01 = (
