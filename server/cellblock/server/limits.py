@@ -188,6 +188,16 @@ CONTRACT_BUDGET_MS = 20
 MAX_SCHEMA_DEPTH = 128
 """Deepest nesting of arrays and objects a registered schema may have (JSON levels)."""
 
+MAX_VALUE_DEPTH = 1000
+"""Deepest nesting of arrays and objects of a value that crosses a cell's bridge (JSON levels).
+
+The cell's controller serialises no value deeper (SPEC §8.8 rule 7): its engine's
+``JSON.stringify`` recurses with no stack check and traps at about 12,000 levels. The
+controller writes this number itself (``MAX_VALUE_DEPTH`` in ``controller.js``); a unit test
+compares the two. The host's own parser stops near it as well (the interpreter's recursion
+limit of 1000, less the frames in use).
+"""
+
 SMALL_JOB_CHARS = 16 * 1024
 """Worker inputs up to this many characters use the small lane of the worker pool."""
 
