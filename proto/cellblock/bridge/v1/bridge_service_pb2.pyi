@@ -37,7 +37,7 @@ class _GuestRefusalEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GuestRef
     """
     GUEST_REFUSAL_TOO_DEEP: _GuestRefusal.ValueType  # 4
     """An argument nested deeper than the controller serialises (B23, at most
-    1000 levels of arrays and objects); input provenance (SPEC §8.8 rule 7).
+    256 levels of arrays and objects); input provenance (SPEC §8.8 rule 7).
     """
 
 class GuestRefusal(_GuestRefusal, metaclass=_GuestRefusalEnumTypeWrapper):
@@ -57,7 +57,7 @@ lacked required properties (B15); input provenance (SPEC §8.5 item 6).
 """
 GUEST_REFUSAL_TOO_DEEP: GuestRefusal.ValueType  # 4
 """An argument nested deeper than the controller serialises (B23, at most
-1000 levels of arrays and objects); input provenance (SPEC §8.8 rule 7).
+256 levels of arrays and objects); input provenance (SPEC §8.8 rule 7).
 """
 Global___GuestRefusal: _TypeAlias = GuestRefusal  # noqa: Y015
 

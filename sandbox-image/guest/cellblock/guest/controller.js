@@ -222,24 +222,23 @@
 
   // ---- Nesting bound (SPEC §8.8 rule 7) ------------------------------------
   // The engine's JSON.stringify (and Array.prototype.join, which String() of an
-  // array runs) recurse in C with no stack check: about 12,000 levels trap the
-  // engine and end the leg [R10]. Every value the controller serialises is
-  // therefore written by a stringify whose replacer tracks its own depth and
-  // stops at MAX_VALUE_DEPTH levels of arrays and objects (the host's
-  // limits.MAX_VALUE_DEPTH; a test compares them), before the C recursion gets
-  // deep. The replacer sees each value after its toJSON ran and before its
+  // array runs) recurse in C with no stack check: about 12,000 levels (join:
+  // about 750) trap the engine and end the leg [R10]. Every value the
+  // controller serialises is therefore written by a stringify whose replacer
+  // tracks its own depth and stops at MAX_VALUE_DEPTH levels of arrays and
+  // objects (the host's limits.MAX_VALUE_DEPTH; a test compares them), before
+  // the C recursion gets deep. The replacer sees each value after its toJSON ran and before its
   // members are written, so toJSON, getters and Proxies are counted as
   // serialised, once. `holders` is the path of objects being written
   // (prototype-less, so no guest index setter on Array.prototype runs); the
   // replacer is called with the holder of each member, which is on the path.
-  const MAX_VALUE_DEPTH = 1000;
+  const MAX_VALUE_DEPTH = 256;
   const DEPTH_TEXT = "nested deeper than " + MAX_VALUE_DEPTH + " levels";
   const TOO_DEEP = freeze(create(null)); // jsonSafe's answer for a value nested deeper
   function DepthExceeded() {}
   // Whether arrays nest in `value` (an array) deeper than `max` levels, walked
   // iteratively. An array is walked again only when reached at a greater depth
   // (so a cycle ends at `max`, and each array is walked at most `max` times).
-  const MAX_JOIN_DEPTH = 256;
   function arraysNestDeeper(value, max) {
     const seen = new WeakMapCtor(); // array -> deepest level it was walked at
     const stack = [value, 1];
@@ -299,8 +298,13 @@
     if (t === "string" || t === "boolean" || value === null) return jsonStringify(value);
     if (t === "number" && isFiniteFn(value)) return jsonStringify(value);
     // String() of an array joins its members, recursing in C for each nested
-    // array (a trap at about 750 levels): nothing JSON-safe when they nest deeper.
-    if (arrayIsArray(value) && arraysNestDeeper(value, MAX_JOIN_DEPTH)) return undefined;
+    // array (a trap at about 750 levels): measured first, iteratively.
+    // (Array.isArray and the walk throw for a revoked Proxy: String() decides then.)
+    try {
+      if (arrayIsArray(value) && arraysNestDeeper(value, MAX_VALUE_DEPTH)) return TOO_DEEP;
+    } catch (e) {
+      rethrowEngineError(e);
+    }
     try { return jsonStringify(StringCtor(value)); } catch (e) { rethrowEngineError(e); return undefined; }
   }
 
@@ -312,7 +316,7 @@
 
   // The TypeError [B27] of text/json/yield_control for a value nested deeper than the bound.
   function tooDeep(fnName) {
-    return new TypeErrorCtor(fnName + " could not turn its argument into JSON: it is " + DEPTH_TEXT + "; send flatter data.");
+    return new TypeErrorCtor(fnName + " could not turn its argument into JSON: it is nested deeper than " + MAX_VALUE_DEPTH + " levels; send flatter data.");
   }
 
   // ---- Output budget, first layer (SPEC §9 rules 3-5, 11) -----------------
