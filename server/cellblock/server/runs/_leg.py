@@ -150,7 +150,7 @@ class Leg(LegEnding):
                 self._bridge, self._cell = fresh
             if self._kept is None and self.scope_cells is not None:
                 self._kept = self.scope_cells.begin(scope, self._cell, self._bridge, run.limits.memory_limit_bytes, self._exited)
-            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=reused)
+            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=reused, warm=warm is not None)
             self.trace.started(self._cell.runtime_id)
             outcome = self._outcome = await self._attach_and_drive(loop)
             outcome.cell_id = cell_id
