@@ -33,8 +33,11 @@ import wasmtime
 from quickjs_rs import JSError
 from quickjs_rs import _engine as qjs_engine
 from wasmtime import _ffi as wasmtime_ffi
-from wasmtime._func import enter_wasm
+from wasmtime._func import maybe_raise_last_exn
 
+#: Bytes of the per-VM buffer a call's string argument is written into
+#: (longer texts take an allocation of their own).
+TEXT_BUFFER_BYTES = 4096
 #: quickjs-rs status codes of its wasm exports (``_engine.STATUS_*``).
 _STATUS_OK = 0
 _STATUS_JS_ERROR = 1
@@ -59,6 +62,11 @@ class ControllerCalls:
         self._undefined = int(inst.c("new_undefined"))
         self._out = int(inst.c("qjs_alloc", 4))
         self._argv = int(inst.c("qjs_alloc", 4))
+        # A nested call's settlement text is small: it is written into this
+        # buffer, allocated once per VM, instead of an allocation and a free per call.
+        self._text = int(inst.c("qjs_alloc", TEXT_BUFFER_BYTES))
+        if self._text == 0:
+            raise RuntimeError("the engine could not allocate the call buffer")
 
     def call(self, func: int, text: str | None, *, result: bool) -> str | None:
         """Calls ``func(text)`` (or ``func()``) with ``this`` undefined.
@@ -81,11 +89,15 @@ class ControllerCalls:
         arg = 0
         if text is not None:
             data = text.encode()
-            ptr = inst.alloc_write(data)
-            try:
-                arg = int(c("new_string", ptr, len(data)))
-            finally:
-                c("qjs_free", ptr, len(data))
+            if len(data) <= TEXT_BUFFER_BYTES:
+                inst.mem.write(inst.store, data, self._text)
+                arg = int(c("new_string", self._text, len(data)))
+            else:
+                ptr = inst.alloc_write(data)
+                try:
+                    arg = int(c("new_string", ptr, len(data)))
+                finally:
+                    c("qjs_free", ptr, len(data))
             inst.mem.write(inst.store, struct.pack("<i", arg), self._argv)
             argc = 1
         try:
@@ -121,6 +133,7 @@ class ControllerCalls:
             self._c("free_value", self._undefined)
             self._c("qjs_free", self._out, 4)
             self._c("qjs_free", self._argv, 4)
+            self._c("qjs_free", self._text, TEXT_BUFFER_BYTES)
         except Exception:  # noqa: BLE001 - the engine is being released anyway
             pass
 
@@ -139,7 +152,7 @@ class UncheckedExports:
     stored in the raw ``i32`` slot exactly as ``wasmtime.Val.i32`` stores it (wrapped
     to 32 bits). Anything else takes the checked call, which raises as before.
     Traps and host-callback exceptions surface as in the checked call
-    (``enter_wasm``), and the instance is published to quickjs-rs's host-import
+    (wasmtime's ``enter_wasm``, inlined), and the instance is published to quickjs-rs's host-import
     trampolines for the call like ``_Instance.c`` does.
 
     Args:
@@ -181,11 +194,19 @@ class UncheckedExports:
         store = self._store
         previous = getattr(qjs_engine._CUR, "inst", None)
         qjs_engine._CUR.inst = self._inst
+        # wasmtime's enter_wasm inlined (no generator context manager per crossing):
+        # a trap is raised as a Trap, an error as a WasmtimeError, each after an
+        # exception a host callback left (maybe_raise_last_exn) as there.
+        trap = ctypes.POINTER(wasmtime_ffi.wasm_trap_t)()
         try:
-            with enter_wasm(store) as trap:
-                error = wasmtime_ffi.wasmtime_func_call_unchecked(store._context(), ctypes.byref(func._func), values, size, trap)
-                if error:
-                    raise wasmtime.WasmtimeError._from_ptr(error)
+            error = wasmtime_ffi.wasmtime_func_call_unchecked(store._context(), ctypes.byref(func._func), values, size, ctypes.byref(trap))
+            if error:
+                maybe_raise_last_exn()
+                raise wasmtime.WasmtimeError._from_ptr(error)
+            if trap:
+                trap_obj = wasmtime.Trap._from_ptr(trap)
+                maybe_raise_last_exn()
+                raise trap_obj
         finally:
             qjs_engine._CUR.inst = previous
         return int(values[0].i32) if n_results else None

@@ -723,6 +723,14 @@
 
   const state = { phase: "idle", value: undefined, error: undefined };
 
+  // take() as the JSON text of its reply, the items as their array text (see reportJson).
+  function takeText() {
+    const taken = controller.take();
+    let text = "[" + taken[0];
+    for (let i = 1; i < taken.length; i++) text += "," + (taken[i] === null ? "null" : jsonStringify(taken[i]));
+    return text + "]";
+  }
+
   function onFulfilled(v) { state.phase = "fulfilled"; state.value = v; }
   function onRejected(e) { state.phase = "rejected"; state.error = e; }
 
@@ -779,14 +787,20 @@
     // while status() serialised it (so a leg's end needs no further call).
     // Made from their primitives one by one, so no array or object is
     // serialised and no guest toJSON can take part.
+    // The take replies' items are the outbox's JSON array text as it is (built
+    // by the controller from strings only), not a string literal of it: no
+    // second escape here and no second parse in the agent. A pending leg's
+    // status (the reply between two nested calls) is written directly.
     reportJson() {
-      const taken = controller.take();
-      const status = controller.status();
-      return "[" + replyJson(taken) + "," + replyJson(status) + "," + replyJson(controller.take()) + "]";
+      const taken = takeText();
+      let status;
+      if (timerError === null && state.phase === "pending") status = "[\"pending\"," + hostWork + ",null,null,null,null,null]";
+      else status = replyJson(controller.status());
+      return "[" + taken + "," + status + "," + takeText() + "]";
     },
     // take() as one JSON text (the outbox flushed before an end or a snapshot).
     takeJson() {
-      return replyJson(controller.take());
+      return takeText();
     },
     // Returns the leg's state for the guest agent (STATUS_FIELDS).
     status() {
