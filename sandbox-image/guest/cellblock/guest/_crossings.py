@@ -11,9 +11,12 @@ crossings that shape needs, with a ``this`` value and out/argv slots allocated
 once per VM.
 
 Uses quickjs-rs internals (pinned 0.2.6, like ``_vm``): the instance's raw
-export call ``c``, ``alloc_write``, ``read_i32``, ``take_result``,
+export call ``c``, ``alloc_write`` (a text longer than the call buffer), the exports
+``qjs_last_len``/``qjs_last_ptr``/``qjs_result_free`` of its result channel,
 ``take_exception`` and the context's ``_classify_jserror``. Errors are raised as quickjs-rs would raise them, so the
-VM's guard classifies them the same way (JS error, trap, out of memory).
+VM's guard classifies them the same way (JS error, trap, out of memory). The argument slot,
+the out slot, the call buffer and the result text are read and written in the linear memory
+directly (``ctypes``, bounds-checked against its current size like quickjs-rs's ``read``).
 
 Most of a crossing's cost was not the engine but wasmtime-py's checked call:
 it rebuilds the function's type, converts every argument and result through
@@ -26,7 +29,6 @@ buffer and the signature read once per export (pinned wasmtime 50.0.1).
 from __future__ import annotations
 
 import ctypes
-import struct
 from typing import Any
 
 import wasmtime
@@ -90,7 +92,7 @@ class ControllerCalls:
         if text is not None:
             data = text.encode()
             if len(data) <= TEXT_BUFFER_BYTES:
-                inst.mem.write(inst.store, data, self._text)
+                ctypes.memmove(self._address(self._text, len(data)), data, len(data))
                 arg = int(c("new_string", self._text, len(data)))
             else:
                 ptr = inst.alloc_write(data)
@@ -98,7 +100,7 @@ class ControllerCalls:
                     arg = int(c("new_string", ptr, len(data)))
                 finally:
                     c("qjs_free", ptr, len(data))
-            inst.mem.write(inst.store, struct.pack("<i", arg), self._argv)
+            ctypes.c_int32.from_address(self._address(self._argv, 4)).value = arg
             argc = 1
         try:
             status = c("call_function", func, self._undefined, self._argv, argc, self._out)
@@ -113,7 +115,7 @@ class ControllerCalls:
             raise classified from classified.__cause__
         if status != _STATUS_OK:
             raise JSError("Error", f"call status={status}", None)
-        handle = inst.read_i32(self._out)
+        handle = ctypes.c_int32.from_address(self._address(self._out, 4)).value
         try:
             if not result:
                 return None
@@ -123,9 +125,25 @@ class ControllerCalls:
             # guest conversion. Callers still check the decoded shape.
             if c("get_string", handle) != _STATUS_OK:
                 raise RuntimeError("the controller's text could not be read")
-            return bytes(inst.take_result()).decode()
+            length = int(c("qjs_last_len"))
+            text_ptr = int(c("qjs_last_ptr")) if length else 0
+            try:
+                return ctypes.string_at(self._address(text_ptr, length), length).decode() if length else ""
+            finally:
+                c("qjs_result_free")
         finally:
             c("free_value", handle)
+
+    def _address(self, ptr: int, length: int) -> int:
+        """The host address of ``length`` bytes at ``ptr`` of the linear memory (bounds-checked, as quickjs-rs reads).
+
+        Raises:
+            RuntimeError: The range is outside the memory.
+        """
+        mem, store = self._inst.mem, self._inst.store
+        if ptr < 0 or length < 0 or ptr + length > mem.data_len(store):
+            raise RuntimeError(f"out-of-range engine memory access ptr={ptr} len={length}")
+        return ctypes.addressof(mem.data_ptr(store).contents) + ptr
 
     def close(self) -> None:
         """Frees the slots and the ``this`` value (a poisoned engine may refuse)."""
