@@ -150,17 +150,11 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
                     if len(tr.nested_call_id) > MAX_SCOPE_ID_CHARS:
                         log.warning("tool_result.id_too_long", length=len(tr.nested_call_id))
                         continue  # never one of ours (SPEC §3.5 item 6)
-                    outcome = tr.WhichOneof("outcome")
                     entry = ports.sent_calls.pop(tr.nested_call_id, None)
-                    if outcome == "ok_json" and len(tr.ok_json) > INLINE_JSON_CHARS:
+                    if tr.WhichOneof("outcome") == "ok_json" and len(tr.ok_json) > INLINE_JSON_CHARS:
                         results.put_nowait((tr.nested_call_id, tr.ok_json, entry))
-                    elif outcome == "ok_json":
-                        short(ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json))
-                    elif outcome == "oversized_bytes":
-                        short(ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes)))
                     else:
-                        kind = _ERROR_KINDS.get(tr.error.kind, ToolErrorKind.FAILED)
-                        short(ToolOutcome(tr.nested_call_id, error_kind=kind, error_message=tr.error.message))
+                        short(_short_outcome(tr))
                 elif which == "cancel":
                     ports.cancel()
         except grpc.aio.AioRpcError:
@@ -176,6 +170,16 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
         pass
     finally:
         delivery.cancel()
+
+
+def _short_outcome(tr: pb.ToolResult) -> ToolOutcome:
+    """A tool result read on the loop: a short ``ok_json``, ``oversized_bytes`` or an error."""
+    outcome = tr.WhichOneof("outcome")
+    if outcome == "ok_json":
+        return ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json)
+    if outcome == "oversized_bytes":
+        return ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes))
+    return ToolOutcome(tr.nested_call_id, error_kind=_ERROR_KINDS.get(tr.error.kind, ToolErrorKind.FAILED), error_message=tr.error.message)
 
 
 async def _deliver_results(

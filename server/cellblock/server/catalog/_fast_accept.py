@@ -59,19 +59,30 @@ def quick_acceptor(validator: Any) -> Acceptor | None:
     if held is not None and held[0]() is validator:
         return held[1]
     acceptor = _compile(validator.schema)
-    _BY_VALIDATOR[key] = (weakref.ref(validator, lambda _ref, key=key: _BY_VALIDATOR.pop(key, None)), acceptor)
+
+    def forget(_ref: weakref.ref[Any]) -> None:
+        _BY_VALIDATOR.pop(key, None)
+
+    _BY_VALIDATOR[key] = (weakref.ref(validator, forget), acceptor)
     return acceptor
 
 
 def _compile(schema: object) -> Acceptor | None:
     if not isinstance(schema, Mapping) or not set(schema) <= _TOP_KEYS or schema.get("type") != "object":
         return None
-    properties = schema.get("properties", {})
     required = schema.get("required", [])
-    closed = schema.get("additionalProperties", True)
-    if not isinstance(properties, Mapping) or not isinstance(required, list) or not isinstance(closed, bool):
+    additional = schema.get("additionalProperties", True)
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required) or not isinstance(additional, bool):
         return None
-    if not all(isinstance(name, str) for name in required):
+    typed = _typed_properties(schema.get("properties", {}))
+    if typed is None:
+        return None
+    return _acceptor(typed, tuple(required), additional=additional)
+
+
+def _typed_properties(properties: object) -> list[tuple[str, tuple[type, ...]]] | None:
+    """Each property's name and accepted Python types, or ``None`` when one is not a plain ``type``."""
+    if not isinstance(properties, Mapping):
         return None
     typed: list[tuple[str, tuple[type, ...]]] = []
     for name, sub in properties.items():
@@ -81,22 +92,19 @@ def _compile(schema: object) -> Acceptor | None:
         if not isinstance(kind, str) or kind not in _TYPES:
             return None
         typed.append((name, _TYPES[kind]))
+    return typed
+
+
+def _acceptor(typed: list[tuple[str, tuple[type, ...]]], needed: tuple[str, ...], *, additional: bool) -> Acceptor:
     names = frozenset(name for name, _ in typed)
-    needed = tuple(required)
 
     def accept(instance: object) -> bool:
         if type(instance) is not dict:
             return False
-        for name in needed:
-            if name not in instance:
-                return False
-        if closed is False:
-            for key in instance:
-                if key not in names:
-                    return False
-        for name, types in typed:
-            if name in instance and type(instance[name]) not in types:
-                return False
-        return True
+        if any(name not in instance for name in needed):
+            return False
+        if not additional and any(key not in names for key in instance):
+            return False
+        return all(type(instance[name]) in types for name, types in typed if name in instance)
 
     return accept
