@@ -793,7 +793,7 @@
   // an object's keys would build a key array through Array.prototype, where a
   // guest accessor could throw.
   const STATUS_FIELDS = ["phase", "hostWork", "failureKind", "failureMessage", "failureBridgeId", "valueJson", "reason"];
-  const TAKE_FIELDS = ["items", "omittedEntries", "omittedBytes", "firstOmitted"];
+  // TAKE_FIELDS (_vm.py): items, omittedEntries, omittedBytes, firstOmitted (takeText).
   // A reply (an array of primitives and nulls, made by replyOf) as JSON text.
   function replyJson(reply) {
     let text = "[";
@@ -810,6 +810,28 @@
   }
 
   const state = { phase: "idle", value: undefined, error: undefined };
+
+  // Hands the outbox to the agent and empties it, as the JSON text of a reply
+  // in TAKE_FIELDS order: `items` is the JSON array of the outbox parts as it
+  // is (built by the controller from strings only; see reportJson), the
+  // omission fields are the entries omitted since the previous take (SPEC §9
+  // rule 11), so every result can end with its marker however the leg ends.
+  // `firstOmitted` is a string of the first omitted content's JSON string
+  // literal (guest text may hold lone surrogates), or "".
+  function takeText() {
+    const items = "[" + call(arrayJoin, outboxParts, ",") + "]";
+    outboxParts = [];
+    lastRefusal = null;
+    let first = "\"\"";
+    if (out.firstOmitted !== null && !out.firstReported) {
+      first = jsonStringify(jsonStringify(out.firstOmitted));
+      out.firstReported = true;
+    }
+    const text = "[" + items + "," + (out.omittedEntries - out.reportedEntries) + "," + (out.omittedBytes - out.reportedBytes) + "," + first + "]";
+    out.reportedEntries = out.omittedEntries;
+    out.reportedBytes = out.omittedBytes;
+    return text;
+  }
 
   function onFulfilled(v) { state.phase = "fulfilled"; state.value = v; }
   function onRejected(e) { state.phase = "rejected"; state.error = e; }
@@ -867,14 +889,20 @@
     // while status() serialised it (so a leg's end needs no further call).
     // Made from their primitives one by one, so no array or object is
     // serialised and no guest toJSON can take part.
+    // The take replies' items are the outbox's JSON array text as it is (built
+    // by the controller from strings only), not a string literal of it: no
+    // second escape here and no second parse in the agent. A pending leg's
+    // status (the reply between two nested calls) is written directly.
     reportJson() {
-      const taken = controller.take();
-      const status = controller.status();
-      return "[" + replyJson(taken) + "," + replyJson(status) + "," + replyJson(controller.take()) + "]";
+      const taken = takeText();
+      let status;
+      if (timerError === null && state.phase === "pending") status = "[\"pending\"," + hostWork + ",null,null,null,null,null]";
+      else status = replyJson(controller.status());
+      return "[" + taken + "," + status + "," + takeText() + "]";
     },
     // take() as one JSON text (the outbox flushed before an end or a snapshot).
     takeJson() {
-      return replyJson(controller.take());
+      return takeText();
     },
     // Returns the leg's state for the guest agent (STATUS_FIELDS).
     status() {
@@ -908,29 +936,6 @@
         if (bridgeId !== undefined) s.failureBridgeId = bridgeId;
       }
       return replyOf(s, STATUS_FIELDS);
-    },
-    // Hands the outbox to the agent and empties it: `items` is the JSON array
-    // text of the outbox parts; the omission fields are the entries omitted
-    // since the previous take (SPEC §9 rule 11), so every result can end with
-    // its marker however the leg ends.
-    take() {
-      const items = "[" + call(arrayJoin, outboxParts, ",") + "]";
-      outboxParts = [];
-      lastRefusal = null;
-      const r = record({
-        items,
-        omittedEntries: out.omittedEntries - out.reportedEntries,
-        omittedBytes: out.omittedBytes - out.reportedBytes,
-        // A JSON string literal (guest text may hold lone surrogates), or "".
-        firstOmitted: "",
-      });
-      if (out.firstOmitted !== null && !out.firstReported) {
-        r.firstOmitted = jsonStringify(out.firstOmitted);
-        out.firstReported = true;
-      }
-      out.reportedEntries = out.omittedEntries;
-      out.reportedBytes = out.omittedBytes;
-      return replyOf(r, TAKE_FIELDS);
     },
     // Prepares the next leg after a restore: new limits and output state, from
     // the compact JSON text {"limits": ...} (one engine string).
