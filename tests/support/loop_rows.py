@@ -21,11 +21,20 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 
 #: Properties of the wide schema: about 3.5 MB of JSON at 25,000.
 WIDE = 25_000
+#: Properties of the huge trusted schema, and their description length: about 21 MB of JSON.
+HUGE, HUGE_DESCRIPTION = 20_000, 1_000
+#: Characters of the long description.
+DESCRIPTION_CHARS = 5 * 1024 * 1024
 
 
 def wide_schema(properties: int) -> dict[str, Any]:
     """An object schema with ``properties`` string properties of 100-character descriptions."""
     return {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100, "minLength": 1} for i in range(properties)}}
+
+
+def huge_schema() -> dict[str, Any]:
+    """An object schema of about 21 MB: :data:`HUGE` string properties of :data:`HUGE_DESCRIPTION`-character descriptions."""
+    return {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * HUGE_DESCRIPTION} for i in range(HUGE)}}
 
 
 async def _echo(tool_input: dict[str, Any], _info: Any) -> dict[str, Any]:
@@ -118,6 +127,12 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     async with await CellblockClient.connect(address) as client:
         if case in _DENSE_CASES:
             return await _dense_case(client, scope, case, props, big)
+        if case == "put_host_huge":  # one trusted schema of about 21 MB
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=huge_schema())])
+            return {"ok": True}
+        if case == "put_description":  # a 5 MB description: the answer must not carry it back
+            await client.put_catalog(scope, [Tool(source="host", owner="core", name="long", description="d" * DESCRIPTION_CHARS)])
+            return {"ok": True}
         if case in ("put_host", "small"):
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
             return {"ok": True}
