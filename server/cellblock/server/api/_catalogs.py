@@ -50,6 +50,9 @@ from cellblock.server.workers import CpuPool
 
 log = structlog.get_logger("cellblock.leg")
 
+StartData = tuple[McpNamespace, bytes, Any, bytes, int]
+"""What :func:`start_data` builds in a worker: :class:`PreparedView`'s namespace, start part, search model, entries JSON, catalog bytes."""
+
 
 def _telemetry(view: CatalogView, snap: CounterSnapshot) -> dict[str, Any]:
     """The result telemetry of SPEC §12 item 1 (key order of §10.5)."""
@@ -340,8 +343,8 @@ def _utf8_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
-def _start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]) -> tuple[McpNamespace, bytes, Any, bytes, int]:
-    """Worker side of :func:`prepare_view`: namespace, ``Start`` catalog part, search model, stored entries."""
+def start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]) -> StartData:
+    """Worker side of :func:`prepare_view`: namespace, ``Start`` catalog part, search model, stored entries, catalog bytes."""
     namespace, catalog_json = guest_data([e for e in entries if e.source == "mcp"], all_tools, convenience)
     model = search_model([e for e in entries if e.source != "mcp"])
     return namespace, start_catalog_part(catalog_json), model, _utf8_json([entry_state(e) for e in entries]), len(catalog_json.encode("utf-8"))
@@ -362,7 +365,7 @@ async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPoo
         WorkerFailed: The worker died.
     """
     entries = [portable(entry) for entry in view.entries]
-    namespace, part, model, entries_json, catalog_bytes = await cpu.run(_start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
+    namespace, part, model, entries_json, catalog_bytes = await cpu.run(start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
     return PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
 
 
@@ -377,6 +380,8 @@ class ScopeCatalog:
         self.prepared_size = 0
         self.schema_texts: SchemaTexts = {}
         """Compact JSON of each entry's schemas, written in the worker at registration (``_catalog_message``)."""
+        self.entry_wire: dict[str, bytes] = {}
+        """Each registered entry's serialized ``Catalog.entries`` field, written in the worker (``_catalog_wire``)."""
         self._surfaces: tuple[CatalogView | None, dict[bool, list[SurfaceDefinition]]] = (None, {})
         self._surface_responses: tuple[CatalogView | None, dict[bool, bytes]] = (None, {})
 
