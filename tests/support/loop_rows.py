@@ -117,6 +117,23 @@ async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: i
     return {"ok": result.status == "completed", "status": result.status, "error": result.error[:300] if result.error else ""}
 
 
+_PUT_CASES = ("put_host", "small", "put_host_huge", "put_description")
+
+
+async def _put_case(client: CellblockClient, scope: Scope, case: str, props: int) -> dict[str, Any]:
+    """The registrations alone: a wide trusted schema (``small``: 20 properties), a 21 MB one, a 5 MB description."""
+    if case == "put_host_huge":
+        tool = Tool(source="host", owner="core", name="wide", parameters=huge_schema())
+    elif case == "put_description":
+        tool = Tool(source="host", owner="core", name="long", description="d" * DESCRIPTION_CHARS)
+    else:
+        tool = Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))
+    catalog = await client.put_catalog(scope, [tool])
+    # The answer lists the registered entry with its texts as they were registered.
+    (entry,) = catalog.entries
+    return {"ok": entry.tool.description == tool.description and (entry.tool.parameters == tool.parameters)}
+
+
 async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     """Runs one case against the service at ``address``; returns a summary of its answer."""
     scope = Scope(session_id=session, agent_run_id="loop")
@@ -127,15 +144,8 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     async with await CellblockClient.connect(address) as client:
         if case in _DENSE_CASES:
             return await _dense_case(client, scope, case, props, big)
-        if case == "put_host_huge":  # one trusted schema of about 21 MB
-            await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=huge_schema())])
-            return {"ok": True}
-        if case == "put_description":  # a 5 MB description: the answer must not carry it back
-            await client.put_catalog(scope, [Tool(source="host", owner="core", name="long", description="d" * DESCRIPTION_CHARS)])
-            return {"ok": True}
-        if case in ("put_host", "small"):
-            await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
-            return {"ok": True}
+        if case in _PUT_CASES:
+            return await _put_case(client, scope, case, props)
         if case == "describe":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
             result = await _exec(client, scope, tool_call_id="d", code='const d = await tools.describe("host:core:wide"); return JSON.stringify(d).length;', handlers={})

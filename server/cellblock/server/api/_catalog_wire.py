@@ -14,7 +14,6 @@ on the wire), joined in a thread when large (``bytes.join`` copies without the G
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,10 +21,11 @@ from google.protobuf.message import Message
 
 from cellblock.server.api._catalogs import ScopeCatalog, StartData, start_data
 from cellblock.server.catalog import CatalogEntry, Problem, SchemaTexts, checked_registration, compact_json
+from cellblock.server.runs import join_bytes
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import common_pb2
 
-__all__ = ["EntryWire", "catalog_response", "entry_message", "join_parts", "register_in_worker", "serialized"]
+__all__ = ["EntryWire", "catalog_response", "entry_message", "register_in_worker", "serialized"]
 
 EntryWire = dict[str, bytes]
 """Per catalog id, the entry as one serialized ``Catalog.entries`` field (tag, length, ``CatalogEntry``)."""
@@ -38,10 +38,6 @@ OPERATION_ENUM = {
     "prompts.list": pb.MCP_OPERATION_PROMPTS_LIST,
     "prompts.get": pb.MCP_OPERATION_PROMPTS_GET,
 }
-
-#: Bytes above which an answer's parts are joined in a thread (below, a join takes microseconds).
-_THREAD_JOIN_BYTES = 1 << 20
-
 
 def entry_message(entry: CatalogEntry, texts: tuple[str, str] | None) -> pb.CatalogEntry:
     """An entry as the ``Catalog`` answer lists it (the registered tool, normalised).
@@ -121,22 +117,12 @@ def _field_parts(scope: tuple[str, str], catalog: ScopeCatalog, telemetry: commo
 async def catalog_response(scope: tuple[str, str], catalog: ScopeCatalog, telemetry: common_pb2.CatalogTelemetry) -> bytes:
     """The serialized ``PutCatalogResponse``/``GetCatalogResponse`` of a scope's catalog (both are ``{1: Catalog}``).
 
-    Put together from the entries' kept wire forms; joined in a thread when over 1 MB.
+    Put together from the entries' kept wire forms; joined in a thread when over 1 MB (``runs.join_bytes``).
     """
     parts = _field_parts(scope, catalog, telemetry)
     size = sum(len(p) for p in parts)
     parts[:0] = [b"\x0a", _varint(size)]  # field 1 (catalog), length-delimited
-    return await join_parts(parts)
-
-
-async def join_parts(parts: list[bytes]) -> bytes:
-    """``b"".join(parts)``, in a thread when over 1 MB: ``bytes.join`` copies large inputs without the GIL.
-
-    A 40 MB join held the loop about 40 ms (mostly page faults of the new buffer).
-    """
-    if sum(len(p) for p in parts) > _THREAD_JOIN_BYTES:
-        return await asyncio.to_thread(b"".join, parts)
-    return b"".join(parts)
+    return await join_bytes(parts)
 
 
 def serialized(message: Message | bytes) -> bytes:

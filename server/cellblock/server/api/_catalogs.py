@@ -82,7 +82,7 @@ class PreparedView:
         schema_texts: The compact JSON of its entries' schemas (``tools.describe`` answers).
         search_model: The BM25 model of its guest entries (``catalog.search_model``).
         entries_json: The UTF-8 JSON of its entries' stored form (``catalog.view_state``'s
-            ``entries``), for a parked run's document (:meth:`RunCatalog.state_bytes`).
+            ``entries``), for a parked run's document (:meth:`RunCatalog.state_parts`).
         catalog_bytes: Length of the guest catalog's UTF-8 JSON, the tail of ``start_part``.
         version: A random id of this preparation, written into a parked run's document: a
             resume on this replica finds the same preparation by it (:meth:`ScopeCatalog.restore_view`).
@@ -125,20 +125,20 @@ class RunCatalog:
         """
         return {"view": view_state(self._view), "guestCatalog": self.guest_catalog()}
 
-    def state_bytes(self) -> bytes:
-        """:meth:`to_state` as UTF-8 JSON, from the worker's texts when the view was prepared.
+    def state_parts(self) -> list[bytes | memoryview]:
+        """:meth:`to_state` as UTF-8 JSON in parts to concatenate, from the worker's texts when the view was prepared.
 
         Tens of MB for a scope with large ``mcp`` schemas: serializing them on the event loop
-        each time a run parked held it for about 0.5 s (SPEC §2.3 "loop hold"). Only the
-        session's counters are written here.
+        each time a run parked held it for about 0.5 s, and concatenating them 20-30 ms (SPEC
+        §2.3 "loop hold"). Only the session's counters are written here.
         """
         prepared = self._prepared
         if prepared is None:
-            return _utf8_json(self.to_state())
+            return [_utf8_json(self.to_state())]
         session = view_state(CatalogView((), self._view.counters))
         del session["entries"]
         catalog = memoryview(prepared.start_part)[len(prepared.start_part) - prepared.catalog_bytes :]
-        return b"".join((b'{"catalogVersion":"', prepared.version.encode(), b'","view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"))
+        return [b'{"catalogVersion":"', prepared.version.encode(), b'","view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"]
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:

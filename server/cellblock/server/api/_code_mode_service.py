@@ -13,7 +13,7 @@ import structlog
 from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
-from cellblock.server.api._catalog_wire import join_parts, serialized
+from cellblock.server.api._catalog_wire import serialized
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
@@ -31,6 +31,7 @@ from cellblock.server.runs import (
     Telemetry,
     ToolErrorKind,
     ToolOutcome,
+    join_bytes,
     portable,
     result_in_worker,
     result_json,
@@ -232,7 +233,7 @@ class CodeModeService:
             if size > _SURFACE_SLICE_CHARS:
                 size = 0
                 await asyncio.sleep(0)
-        data = await join_parts(parts)  # tens of MB: copied in a thread, without the GIL
+        data = await join_bytes(parts)  # tens of MB: copied in a thread, without the GIL
         catalog.keep_surface_response(view, engaged, data)
         return data
 

@@ -162,6 +162,11 @@ def _span_doc(ctx: Any) -> dict[str, Any] | None:
 
 
 def encode_run(run: Run) -> bytes:
+    """:func:`encode_run_parts` joined."""
+    return b"".join(encode_run_parts(run))
+
+
+def encode_run_parts(run: Run) -> list[bytes | memoryview]:
     """The run's state as a compact JSON document (UTF-8, lone surrogates kept)."""
     settled = sorted((p for p in run.pending.values() if p.result is not None), key=lambda p: p.settled_at)
     order = {p.bridge_id: i for i, p in enumerate(settled)}
@@ -198,7 +203,7 @@ def encode_run(run: Run) -> bytes:
     # the head names where it starts so a reader parses it only when it needs it (split_document).
     at = len(head) - 1
     head = head.replace(b'"viewAt":"0000000000"', f'"viewAt":"{at:010d}"'.encode(), 1)
-    return b"".join((head[:-1], _VIEW_KEY, run.view.state_bytes(), b"}"))
+    return [head[:-1], _VIEW_KEY, *run.view.state_parts(), b"}"]
 
 
 def decode_run(record: RunRecord, restore_view: ViewRestorer) -> Run:
