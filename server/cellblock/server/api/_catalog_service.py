@@ -11,99 +11,16 @@ import grpc
 from cellblock.server import messages as msg
 from cellblock.server.api._catalog_wire import catalog_response, register_in_worker, serialized
 from cellblock.server.api._catalogs import PreparedView, ScopeCatalog, prepare_view
+from cellblock.server.api._failures import WithWire, keeping_wire
 from cellblock.server.api._scope import page_start, require_scope
 from cellblock.server.api._state import ServiceState
-from cellblock.server.catalog import SCHEMA_FIELDS, CatalogRegistrationError
+from cellblock.server.catalog import CatalogRegistrationError
 from cellblock.server.limits import MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS
 from cellblock.server.runs import CancelReason, RunRegistry
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2
-
-_SOURCES = {common_pb2.TOOL_SOURCE_HOST: "host", common_pb2.TOOL_SOURCE_MCP: "mcp", common_pb2.TOOL_SOURCE_CLIENT: "client"}
-_OPERATIONS = {
-    pb.MCP_OPERATION_TOOL: "tool",
-    pb.MCP_OPERATION_RESOURCES_LIST: "resources.list",
-    pb.MCP_OPERATION_RESOURCES_READ: "resources.read",
-    pb.MCP_OPERATION_PROMPTS_LIST: "prompts.list",
-    pb.MCP_OPERATION_PROMPTS_GET: "prompts.get",
-}
-
-
-def tool_to_dict(tool: pb.Tool) -> dict[str, Any]:
-    """Converts a proto Tool to the registration shape of SPEC §3.2, its schemas still JSON text.
-
-    The schemas stay under their proto field names (``parameters_json``,
-    ``output_schema_json``) for the worker to decode (``catalog.decode_schemas``): decoding
-    megabytes on the event loop held it for 15-60 ms (SPEC §3.1 item 6).
-    """
-    out: dict[str, Any] = {"source": _SOURCES.get(tool.source), "name": tool.name}
-    if tool.owner:
-        out["owner"] = tool.owner
-    if tool.label:
-        out["label"] = tool.label
-    if tool.description:
-        out["description"] = tool.description
-    for field, _key in SCHEMA_FIELDS:
-        text = getattr(tool, field)
-        if text:
-            out[field] = text
-    if tool.replay_safe:
-        out["replaySafe"] = True
-    if tool.side_effecting:
-        out["sideEffecting"] = True
-    if tool.direct_only:
-        out["directOnly"] = True
-    if tool.operation in _OPERATIONS:
-        out["operation"] = _OPERATIONS[tool.operation]
-    return out
-
-
-#: Characters of schema and description text converted between two loop turns (``_tool_dicts``).
-_SLICE_CHARS = 1 << 20
-
-
-async def _tool_dicts(request: pb.PutCatalogRequest) -> tuple[list[dict[str, Any]], int]:
-    """:func:`tool_to_dict` of every tool, yielding the loop between slices of about 1 MB of text.
-
-    The first turn waits too: gRPC received and decoded the request in the turn that started this
-    handler (10-30 ms for 21 MB), and reading a text field copies it once more (about 10 ms for
-    21 MB: each read of a protobuf string field makes a new Python string, so each is read once).
-
-    Returns:
-        The tools, and the characters of their schema texts and descriptions (it picks the worker lane).
-    """
-    await asyncio.sleep(0)
-    tools, chars, total = [], 0, 0
-    for tool in request.tools:
-        out = tool_to_dict(tool)
-        tools.append(out)
-        size = sum(len(out.get(key, "")) for key in ("parameters_json", "output_schema_json", "description"))
-        chars, total = chars + size, total + size
-        if chars > _SLICE_CHARS:
-            chars = 0
-            await asyncio.sleep(0)
-    return tools, total
-
-
-def _hosted_tools(state: ServiceState, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The hosted MCP entries to add to a new catalog session.
-
-    Raises:
-        CatalogRegistrationError: The caller registers an ``mcp`` tool under the
-            name of a server cellblock hosts itself; calls to that server go to
-            the hosted server, so the caller's copy would describe another tool.
-    """
-    hosted = state.hosted_tools()
-    servers = {t["owner"] for t in hosted}
-    for index, tool in enumerate(tools):
-        owner = tool.get("owner")
-        if tool.get("source") == "mcp" and isinstance(owner, str) and owner.strip() in servers:
-            name = tool.get("name")
-            label = f"mcp:{owner.strip()}:{name}" if isinstance(name, str) and name.strip() else None
-            raise CatalogRegistrationError(index, f"owner {owner.strip()!r} is an MCP server hosted by this cellblock service; its tools join every catalog by themselves", label)
-    return hosted
 
 
 def telemetry_message(t: dict[str, Any]) -> common_pb2.CatalogTelemetry:
@@ -138,10 +55,11 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         """Registers the service like the generated ``add_CatalogServiceServicer_to_server``.
 
         ``PutCatalog`` and ``GetCatalog`` answer with their response already serialized
-        (``_catalog_wire.catalog_response``).
+        (``_catalog_wire.catalog_response``); ``PutCatalog`` keeps its request's wire bytes for the
+        worker, which reads the tools from them (``_catalog_wire.register_in_worker``).
         """
         handlers = {
-            "PutCatalog": grpc.unary_unary_rpc_method_handler(self.PutCatalog, request_deserializer=pb.PutCatalogRequest.FromString, response_serializer=serialized),
+            "PutCatalog": grpc.unary_unary_rpc_method_handler(self.PutCatalog, request_deserializer=keeping_wire(pb.PutCatalogRequest.FromString), response_serializer=serialized),
             "GetCatalog": grpc.unary_unary_rpc_method_handler(self.GetCatalog, request_deserializer=pb.GetCatalogRequest.FromString, response_serializer=serialized),
             "ListCatalogs": grpc.unary_unary_rpc_method_handler(self.ListCatalogs, request_deserializer=pb.ListCatalogsRequest.FromString, response_serializer=serialized),
             "DeleteCatalog": grpc.unary_unary_rpc_method_handler(self.DeleteCatalog, request_deserializer=pb.DeleteCatalogRequest.FromString, response_serializer=serialized),
@@ -155,36 +73,40 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             lock = self._locks[scope] = asyncio.Lock()
         return lock
 
-    async def PutCatalog(self, request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[override]  # noqa: N802
+    async def PutCatalog(self, received: WithWire, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[override]  # noqa: N802
+        """Registers a catalog (SPEC §3.2); the loop reads only the request's small fields (SPEC §3.1 item 6).
+
+        The tools' texts (schemas, descriptions: megabytes) are read from the request's wire bytes
+        in the worker: reading a 21 MB text field here copied it on the loop (10-60 ms).
+        """
+        request: pb.PutCatalogRequest = received.message
         scope = await require_scope(request.scope, context)
         if len(request.tools) > MAX_TOOLS_PER_REQUEST:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_TOOLS_PER_REQUEST} tools per registration")
         async with self._scope_lock(scope):
-            return await self._put(scope, request, context)
+            return await self._put(scope, request, received.data, context)
 
-    async def _put(self, scope: tuple[str, str], request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> bytes:
+    async def _put(self, scope: tuple[str, str], request: pb.PutCatalogRequest, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
         existing = self._state.catalogs.get(scope)
         merge = request.mode == pb.REGISTRATION_MODE_MERGE
         direct = list(request.direct_tool_names)
         allow = list(request.allow) if request.allow else None
         deny = list(request.deny) if request.deny else None
         try:
-            tools, size = await _tool_dicts(request)
             target = existing if (existing is not None and merge) else ScopeCatalog(self._state.config)
-            hosted = _hosted_tools(self._state, tools)
-            if target is not existing:
-                # A new catalog session gets the hosted MCP servers' entries (SPEC §3.2 item 7),
-                # after the caller's tools so registration errors keep the caller's indexes.
-                tools += hosted  # the hub's own data: the worker hands back copies
+            fresh = target is not existing
             if existing is not None and not merge:
                 # A replace keeps the catalog object only if registration succeeds.
                 target = ScopeCatalog(self._state.config)
-            # Decoding the schema texts, the costly checks (metaschemas, $ref targets), the answer's
-            # entries and, for a new catalog session, the view's guest data and search model run in
-            # one worker call within the registration budget; the loop then registers the decoded,
-            # checked tools the worker hands back (SPEC §3.1 item 6, §3.2 item 3).
-            fresh = target is not existing
-            problem, texts, tools, wire, start = await self._cpu.run(register_in_worker, tools, direct, allow, deny, fresh, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
+            # Reading the tools, decoding the schema texts, the costly checks (metaschemas, $ref
+            # targets), the answer's entries and, for a new catalog session, its hosted MCP entries
+            # (SPEC §3.2 item 7) and the view's guest data and search model run in one worker call
+            # within the registration budget; the loop then registers the decoded, checked tools
+            # the worker hands back (SPEC §3.1 item 6, §3.2 item 3).
+            size = len(data)
+            problem, texts, tools, wire, start = await self._cpu.run(
+                register_in_worker, data, self._state.hosted_tools(), fresh, direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope
+            )
             if problem is not None:
                 raise CatalogRegistrationError(*problem)
             # Registered into a fork, swapped in once prepared: a merge that fails changes nothing (SPEC §3.2 item 4).
@@ -194,7 +116,11 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
             schema_texts = {**target.schema_texts, **texts} if merged else texts
             entry_wire = {**target.entry_wire, **wire} if merged else wire
             total = size + (target.prepared_size if merge else 0)
-            prepared = PreparedView(view, *start[:2], schema_texts, *start[2:]) if start is not None else await prepare_view(view, schema_texts, self._cpu, total, scope)
+            if start is not None:
+                namespace, part, model, entries_json, catalog_bytes = start
+                prepared = PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
+            else:
+                prepared = await prepare_view(view, schema_texts, self._cpu, total, scope)
             target.catalog, target.schema_texts, target.entry_wire = staged, schema_texts, entry_wire
             target.set_prepared(prepared, total)
         except CatalogRegistrationError as exc:
