@@ -46,7 +46,7 @@ class WithWire:
 
     For a handler that hands the request's megabytes to a worker process: reading a protobuf
     string field makes a new Python string, and one of 21 MB held the loop 10-60 ms
-    (``PutCatalog``, SPEC §3.1 item 6). The interceptor checks ``message`` as any request.
+    (``PutCatalog``, SPEC §3.1 item 6). The interceptors read ``message`` as any request.
 
     Attributes:
         message: The decoded request.
@@ -55,6 +55,12 @@ class WithWire:
 
     message: Any
     data: bytes
+
+    def __getattr__(self, name: str) -> Any:
+        """The message's fields, so that interceptors read the request's ids as from any request."""
+        if name in ("message", "data"):  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
+        return getattr(self.message, name)
 
 
 def keeping_wire(deserializer: Callable[[bytes], Any]) -> Callable[[bytes], WithWire]:
