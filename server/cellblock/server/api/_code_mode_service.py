@@ -13,6 +13,7 @@ import structlog
 from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
+from cellblock.server.api._catalog_wire import serialized
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
@@ -30,6 +31,7 @@ from cellblock.server.runs import (
     Telemetry,
     ToolErrorKind,
     ToolOutcome,
+    join_bytes,
     portable,
     result_in_worker,
     result_json,
@@ -211,11 +213,6 @@ _SERVICE = pb.DESCRIPTOR.services_by_name["CodeModeService"].full_name
 _SURFACE_SLICE_CHARS = 1 << 20
 
 
-def _serialized(message: Message | bytes) -> bytes:
-    """A response's wire form; ``bytes`` are one already serialized (``GetToolSurface``)."""
-    return message if isinstance(message, bytes) else message.SerializeToString()
-
-
 class CodeModeService:
     """The model-facing service (registered by :meth:`add_to_server`, not the generated base: it may answer with bytes)."""
 
@@ -229,7 +226,7 @@ class CodeModeService:
         ``GetToolSurface`` may answer with its response already serialized (``bytes``).
         """
         handlers = {
-            "GetToolSurface": grpc.unary_unary_rpc_method_handler(self.GetToolSurface, request_deserializer=pb.GetToolSurfaceRequest.FromString, response_serializer=_serialized),
+            "GetToolSurface": grpc.unary_unary_rpc_method_handler(self.GetToolSurface, request_deserializer=pb.GetToolSurfaceRequest.FromString, response_serializer=serialized),
             "Exec": grpc.stream_stream_rpc_method_handler(self.Exec, request_deserializer=pb.ExecRequest.FromString, response_serializer=pb.ExecResponse.SerializeToString),
             "Wait": grpc.stream_stream_rpc_method_handler(self.Wait, request_deserializer=pb.WaitRequest.FromString, response_serializer=pb.WaitResponse.SerializeToString),
         }
@@ -259,7 +256,7 @@ class CodeModeService:
             if size > _SURFACE_SLICE_CHARS:
                 size = 0
                 await asyncio.sleep(0)
-        data = b"".join(parts)
+        data = await join_bytes(parts)  # tens of MB: copied in a thread, without the GIL
         catalog.keep_surface_response(view, engaged, data)
         return data
 

@@ -36,7 +36,7 @@ import re2
 
 from cellblock.server.limits import CONTRACT_BUDGET_MS, MAX_SCHEMA_DEPTH
 
-__all__ = ["ContractBudgetExceeded", "LinearRe", "SizedLru", "budget", "budgeted", "install", "schema_problem"]
+__all__ = ["ContractBudgetExceeded", "LinearRe", "SizedLru", "budget", "budgeted", "install", "pattern_refusal", "schema_problem"]
 
 
 _OPTIONS = re2.Options()
@@ -235,6 +235,34 @@ def budgeted(keyword: KeywordFn) -> KeywordFn:
     return check
 
 
+def _re2_reason(error: str) -> str:
+    """RE2's own text of a compile error (``re2.error`` carries it as the repr of bytes)."""
+    if error[:2] in ("b'", 'b"') and error[-1:] == error[1]:
+        error = error[2:-1]
+    return error.replace("\\\\", "\\")
+
+
+def pattern_refusal(pattern: str, error: str) -> str:
+    """The registration problem of a pattern RE2 refused: which pattern, RE2's reason, and why it is refused.
+
+    Args:
+        pattern: The refused pattern (the first 200 characters are quoted).
+        error: The ``re2.error`` text of its compilation.
+
+    Returns:
+        E.g. ``pattern '^(?=a)' is outside the linear-time engine (RE2): invalid perl operator: (?=
+        (lookahead and lookbehind need backtracking); contracts match patterns in linear time only``.
+    """
+    reason = _re2_reason(error)
+    if "invalid perl operator: (?=" in reason or "invalid perl operator: (?!" in reason or "invalid perl operator: (?<" in reason:
+        kind = " (lookahead and lookbehind need backtracking)"
+    elif re2.search(r"invalid escape sequence: \\[1-9]", reason):
+        kind = " (backreferences need backtracking)"
+    else:
+        kind = " (not a pattern RE2 accepts)"
+    return f"pattern {pattern[:200]!r} is outside the linear-time engine (RE2): {reason[:200]}{kind}; contracts match patterns in linear time only"
+
+
 def schema_problem(schema: object, *, patterns: bool = True) -> str | None:
     """Why a schema cannot be registered under these bounds, or ``None``.
 
@@ -255,8 +283,8 @@ def schema_problem(schema: object, *, patterns: bool = True) -> str | None:
             for pattern in found:
                 try:
                     _compiled(pattern)
-                except UnsupportedPatternError:
-                    return f"pattern {pattern[:200]!r} uses regex syntax outside the linear-time engine (lookaround or backreference)"
+                except UnsupportedPatternError as exc:
+                    return pattern_refusal(pattern, str(exc))
             stack.extend((value, depth + 1) for value in node.values())
         elif isinstance(node, list):
             stack.extend((value, depth + 1) for value in node)

@@ -33,7 +33,7 @@ from cellblock.server.runs._policy import Next, admit_request, dispatchable, pro
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, CellExited, DeadlineTick, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
 from cellblock.server.runs._snapshot_in import SnapshotIn
-from cellblock.server.runs._start import start_message
+from cellblock.server.runs._start import start_message_off_loop
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace
 from cellblock.server.workers import CpuPool, cpu_pool
@@ -183,7 +183,7 @@ class Leg(LegEnding):
         run.engine_build_id = self._bridge.engine_build_id
         # Guest messages go onto the leg's event queue as the bridge reads them.
         self._bridge.deliver_to(self._deliver_guest)
-        self._send_start(loop, snapshot)
+        await self._send_start(loop, snapshot)
         self._started = True
         # Deliver what settled while the run was suspended, in completion order.
         for p in sorted((p for p in run.pending.values() if p.result is not None), key=lambda p: p.settled_at):
@@ -194,7 +194,7 @@ class Leg(LegEnding):
                 self.arm_timer(p)
         return await self._settle_loop(loop)
 
-    def _send_start(self, loop: asyncio.AbstractEventLoop, snapshot: bytes | None) -> None:
+    async def _send_start(self, loop: asyncio.AbstractEventLoop, snapshot: bytes | None) -> None:
         assert self._bridge is not None
         run = self.run_
         remaining_ms = max(1, int((self.deadline - loop.time()) * 1000))
@@ -216,7 +216,7 @@ class Leg(LegEnding):
             idle_unneeded=not run.restart_safe,
         )
         # The catalog's megabytes were serialized once per catalog version, off the loop.
-        self._bridge.send(start_message(run.view.start_catalog_part(), start))
+        self._bridge.send(await start_message_off_loop(run.view.start_catalog_part(), start))
         if snapshot is not None:
             self.trace.restoring(len(snapshot))
             for i in range(0, len(snapshot), _CHUNK):
