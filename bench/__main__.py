@@ -20,7 +20,9 @@ def _quiet() -> None:
     # Libraries that set their own logger levels (bm25s logs at DEBUG) are
     # silenced too: nothing but the tables reaches the terminal.
     logging.disable(logging.CRITICAL)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    # Loggers are cached on first use as the service configures them (logging.configure_logging):
+    # an uncached module logger binds a new logger for every line, even a filtered one (5 µs each).
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL), cache_logger_on_first_use=True)
 
 
 def main() -> None:

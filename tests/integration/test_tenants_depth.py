@@ -15,16 +15,20 @@ import grpc
 import pytest
 
 from cellblock.client import CellblockClient, Scope, Tool
+from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import common_pb2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-# 1500 and 3000: the guest serialises it, the host's own JSON parser and writer (C code, bounded by
-# the interpreter's recursion limit of 1000) cannot. Below about 1000 levels the host handles a value
-# (test_a_value_below_the_host_limit_round_trips); the Python writer it used before stopped near 500.
-DEPTHS = [1500, 3000, 100_000]
+# The cell's controller serialises no value nested deeper than MAX_VALUE_DEPTH (256) levels of arrays
+# and objects (SPEC §8.8 rule 7): its engine's JSON.stringify has no stack check and trapped at about
+# 12,000 levels ([R10] for 100,000 before). Each path is driven to the limit, one past it, and 100,000;
+# at the limit the host reads and keeps the value on every path.
+LIMIT = MAX_VALUE_DEPTH
+DEPTHS = [LIMIT + 1, 3000, 100_000]
 NEST = "let v = 0; for (let i = 0; i < %d; i++) v = [v]; "
+DEEP = f"nested deeper than {LIMIT} levels"
 
 
 async def _exec(client: CellblockClient, scope: Scope, code: str, handlers: dict[str, Any] | None = None) -> Any:
@@ -38,27 +42,38 @@ async def _no_run_left(client: CellblockClient, scope: Scope) -> None:
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
-async def test_a_deep_final_value_ends_with_a_result(client: CellblockClient, scope: Scope, depth: int) -> None:
+async def test_a_deep_final_value_fails_with_r15_naming_the_limit(client: CellblockClient, scope: Scope, depth: int) -> None:
     result = await _exec(client, scope, NEST % depth + "return v;")
-    # Deeper than the host serialiser: [R15]; deeper than the engine's stack: [R10] from the cell.
-    assert result.status == "failed", result.raw_json
-    assert (result.code, result.error[:40]) in (
-        ("output_limit_exceeded", "output limit exceeded: the return value "),
-        ("runtime_unavailable", "cell engine stopped: recursion exhausted"),
-    ), result.raw_json
+    assert (result.status, result.code) == ("failed", "output_limit_exceeded"), result.raw_json
+    assert result.error == f"output limit exceeded: the return value could not be serialised into a bounded result (nesting is deeper than {LIMIT} levels).", result.raw_json
     await _no_run_left(client, scope)
 
 
-async def test_a_value_below_the_host_limit_round_trips(client: CellblockClient, scope: Scope) -> None:
-    result = await _exec(client, scope, NEST % 500 + "return v;")
+@pytest.mark.parametrize("shape", ["toJSON", "getter", "proxy"])
+async def test_depth_is_counted_as_serialised(client: CellblockClient, scope: Scope, shape: str) -> None:
+    # toJSON results, getters and Proxies are counted as JSON.stringify meets them, not as the value looks.
+    build = {
+        "toJSON": "v = {a: v, toJSON() { return {b: this.a}; }};",
+        "getter": "{ const w = v; v = {get a() { return w; }}; }",
+        "proxy": "v = new Proxy([v], {});",
+    }[shape]
+    result = await _exec(client, scope, "let v = 0; for (let i = 0; i < 100000; i++) " + build + " return v;")
+    assert result.code == "output_limit_exceeded", result.raw_json
+    assert result.error.endswith(f"(nesting is deeper than {LIMIT} levels)."), result.raw_json
+
+
+@pytest.mark.parametrize("leaf", ["0", "1e-7"])
+async def test_a_value_at_the_limit_round_trips(client: CellblockClient, scope: Scope, leaf: str) -> None:
+    # 1e-7: a float json.dumps spells differently from JavaScript, written by the host's slowest path.
+    result = await _exec(client, scope, (NEST % LIMIT).replace("v = 0", f"v = {leaf}") + "return v;")
     assert result.status == "completed", result.raw_json
-    value, depth = result.value, 0
+    value, seen = result.value, 0
     while isinstance(value, list):
-        value, depth = value[0], depth + 1
-    assert (depth, value) == (500, 0)
+        value, seen = value[0], seen + 1
+    assert (seen, value) == (LIMIT, float(leaf))
 
 
-@pytest.mark.parametrize("depth", DEPTHS)
+@pytest.mark.parametrize("depth", [LIMIT - 1, *DEPTHS])
 async def test_a_deep_tool_input_is_refused_to_the_guest(client: CellblockClient, scope: Scope, depth: int) -> None:
     calls: list[Any] = []
 
@@ -66,18 +81,24 @@ async def test_a_deep_tool_input_is_refused_to_the_guest(client: CellblockClient
         calls.append(tool_input)
         return {"details": "ok"}
 
+    # The argument {v} nests one level more than v: LIMIT - 1 is exactly the limit.
     code = NEST % depth + 'try { await tools.callValue("host:core:echo", {v}); return "called"; } catch (e) { return "refused: " + e.message; }'
     result = await _exec(client, scope, code, {"echo": echo})
-    if depth < 100_000:
-        # The guest serialises it; the host refuses it with [B23] and calls nothing.
-        assert result.status == "completed", result.raw_json
-        assert result.value == "refused: this callValue request is nested too deeply for the bridge; send flatter data.", result.value
-        assert calls == []
+    assert result.status == "completed", result.raw_json
+    if depth == LIMIT - 1:
+        # At the limit the guest sends it and the host calls the tool with it.
+        assert (result.value, len(calls)) == ("called", 1), result.raw_json
     else:
-        # Too deep for the engine's own serialiser: [R10] from the cell, nothing called.
-        assert (result.code, result.error[:40]) == ("runtime_unavailable", "cell engine stopped: recursion exhausted"), result.raw_json
         assert calls == []
+        assert result.value == f"refused: this callValue request is nested too deeply for the bridge (at most {LIMIT} levels of arrays and objects); send flatter data.", result.value
     await _no_run_left(client, scope)
+
+
+async def test_an_uncaught_deep_tool_input_is_invalid_input(client: CellblockClient, scope: Scope) -> None:
+    # The controller's refusal is recorded by the host with input provenance, like its own [B23].
+    result = await _exec(client, scope, NEST % 100_000 + 'await tools.callValue("host:core:echo", {v}); return 1;')
+    assert (result.status, result.code) == ("failed", "invalid_input"), result.raw_json
+    assert result.error.startswith("Error: this callValue request is nested too deeply for the bridge"), result.raw_json
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
@@ -99,15 +120,31 @@ async def test_a_deep_tool_result_is_refused_to_the_guest(client: CellblockClien
 
 
 @pytest.mark.parametrize("depth", DEPTHS)
-async def test_deep_output_is_bounded(client: CellblockClient, scope: Scope, depth: int) -> None:
-    result = await _exec(client, scope, NEST % depth + 'try { json(v); } catch (e) { text("json refused: " + e.message); } return 1;')
-    assert result.status in ("completed", "failed"), result.raw_json
-    if result.status == "failed":
-        assert result.code != "internal_error" or "service failed" not in result.error, result.raw_json
-    if depth < 100_000:
-        # Serialised by the guest, too deep for the host: the entry is dropped, the leg carries on.
-        assert (result.status, result.value) == ("completed", 1), result.raw_json
+async def test_deep_output_and_yield_values_are_guest_errors(client: CellblockClient, scope: Scope, depth: int) -> None:
+    code = NEST % depth + """
+      const got = [];
+      for (const [name, f] of [["json", json], ["text", text], ["yield_control", yield_control]]) {
+        try { await f(v); got.push(name + ": sent"); } catch (e) { got.push(e.constructor.name + ": " + e.message); }
+      }
+      console.log("log:", v);
+      return got;"""
+    result = await _exec(client, scope, code)
+    assert result.status == "completed", result.raw_json
+    assert result.value == [f"TypeError: {name} could not turn its argument into JSON: it is {DEEP}; send flatter data." for name in ("json", "text", "yield_control")]
+    assert [e.text for e in result.output] == [f"log: [{DEEP}]"], result.output
     await _no_run_left(client, scope)
+
+
+async def test_output_at_the_limit_is_written(client: CellblockClient, scope: Scope) -> None:
+    result = await _exec(client, scope, NEST % LIMIT + "json(v); text(v); console.log(v); await yield_control(v); return 1;")
+    assert result.status == "waiting", result.raw_json
+    assert [e.type for e in result.output] == ["json", "text", "text"], result.output
+    assert [len(e.text or "") for e in result.output] == [0, 2 * LIMIT + 1, 2 * LIMIT + 1]
+
+
+async def test_a_deep_thrown_value_is_a_guest_error(client: CellblockClient, scope: Scope) -> None:
+    result = await _exec(client, scope, NEST % 100_000 + "throw v;")
+    assert (result.status, result.error) == ("failed", f"Uncaught [value {DEEP}]"), result.raw_json
 
 
 async def test_invalid_utf8_in_a_proto_string_is_invalid_argument(service: Any, scope: Scope) -> None:

@@ -109,7 +109,7 @@ async def test_unique_items_over_a_big_array_of_objects_cannot_freeze_the_loop(c
 
 async def test_patterns_outside_the_linear_engine_are_refused_at_registration(client: CellblockClient, scope: Scope) -> None:
     tool = Tool(source="host", owner="core", name="look", parameters={"type": "string", "pattern": "^(?=a)a+$"})
-    with pytest.raises(CellblockError, match="outside the linear-time engine"):
+    with pytest.raises(CellblockError, match=r"pattern '\^\(\?=a\)a\+\$' is outside the linear-time engine \(RE2\): invalid perl operator: \(\?= \(lookahead and lookbehind need backtracking\)"):
         await client.put_catalog(scope, [tool])
 
 
@@ -153,28 +153,26 @@ async def test_a_schema_nested_past_the_cap_is_refused_with_its_reason(service: 
 
 #: Longest loop hold (lateness capped by the loop thread's CPU time, see
 #: cellblock.server.telemetry.LoopMonitor) one megabyte-sized request may cause. The rule is
-#: 20 ms. Measured on this 2-core machine shared with other jobs (load 25-55), the worst hold
-#: per case is now 1-41 ms (exec in a big-mcp scope 22-28 ms: two copies of its 30 MB Start;
-#: a search over 4 MB of descriptions 16-41 ms; a 40 MB tool surface 38 ms; a run parked with a
-#: dense 3.5 MB mcp schema, listed and resumed, 28-30 ms), and was 64-340 ms
-#: before the catalog work moved to the worker processes and the start-up heap was frozen for
-#: the garbage collector (full collections of 80-160 ms, a search index built on the loop in
-#: 338 ms, a Start serialized per leg in 60-86 ms, a run parking in a scope with a 7 MB catalog
-#: view 84-165 ms, now 11-13 ms; dense 7 MB tool inputs and results 690-760 ms, the 40 MB tool
-#: surface 750-810 ms and the dense parked run 70-79 ms before they left the loop too). CPU time does not grow with the machine's
-#: load the way wall time does, so this 100 ms bound is generous: it catches a step of that
-#: kind coming back (a whole catalog decoded or serialized on the loop per request, a full
-#: collection of the start-up heap) without flaking on a busy machine. The unit tests in
+#: 20 ms (SPEC §3.1 item 6); the bound adds a tolerance of 30 ms for this 2-core machine shared
+#: with other jobs: the same copy of tens of MB costs 2-3 times its idle CPU time there (page
+#: faults of fresh buffers, cache and memory-bandwidth contention), and the 5 ms ticker's own
+#: turns count too. Measured at load 8-12 (one run each, worst of the cases): 2-31 ms: a 21 MB
+#: trusted PutCatalog 9-37 ms (main: 118-142 ms, the answer's entries built and serialized on the
+#: loop and the tools' texts copied there; 453 ms in the issue), a 5 MB description 2-7 ms (16 ms:
+#: echoed into the answer on the loop), a 40 MB tool surface 3-19 ms (40-43 ms: its 40 MB joined on
+#: the loop), a search over 4 MB of descriptions 7-24 ms (25-50 ms: its registration built the
+#: answer on the loop), a dense parked run listed and resumed 14-26 ms (30-43 ms: its document
+#: concatenated and its view copied on the loop), an exec in a scope whose Start is 30 MB 1-16 ms
+#: (18-25 ms: the Start concatenated on the loop). Any step of that kind coming back (a catalog
+#: decoded, serialized or concatenated on the loop per request, a full collection of the start-up
+#: heap) costs 40 ms and more on this machine and fails here. The unit tests in
 #: tests/unit/api/test_prepared_views.py pin the mechanisms themselves.
-LOOP_HOLD_BOUND_S = 0.1
+LOOP_HOLD_BOUND_S = 0.05
 
-#: The cases whose megabytes of JSON never reach the loop as values any more (read in a worker,
-#: sent on as text): 2-18 ms measured at load 16-38 (main: 700-760 ms for the dense 7 MB ones), so
-#: half the general bound still leaves room for a loaded machine.
-TIGHT_CASES = {"tool_input", "tool_output", "dense_input", "dense_output", "park"}
-TIGHT_BOUND_S = 0.05
-
-_LOOP_CASES = ["put_host", "put_mcp", "exec_only", "describe", "tool_input", "tool_output", "search", "output", "park", "dense_input", "dense_output", "surface", "park_dense"]
+_LOOP_CASES = [
+    "put_host", "put_mcp", "put_host_huge", "put_description", "exec_only", "describe", "tool_input", "tool_output",
+    "search", "output", "park", "dense_input", "dense_output", "surface", "park_dense",
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("case", _LOOP_CASES)
@@ -202,7 +200,7 @@ async def test_a_megabyte_request_holds_the_loop_briefly(service: Any, client: C
         await client.delete_catalog(Scope(session_id=name, agent_run_id="loop"))
     assert answer["ok"], answer
     assert monitor.ticks > 10, monitor.ticks  # the monitor ran meanwhile
-    assert worst < (TIGHT_BOUND_S if case in TIGHT_CASES else LOOP_HOLD_BOUND_S), f"{case}: the loop was held {worst * 1000:.0f} ms at once (wall lateness {monitor.worst_lateness_s * 1000:.0f} ms, baseline {baseline * 1000:.0f} ms)"
+    assert worst < LOOP_HOLD_BOUND_S, f"{case}: the loop was held {worst * 1000:.0f} ms at once (wall lateness {monitor.worst_lateness_s * 1000:.0f} ms, baseline {baseline * 1000:.0f} ms)"
 
 
 async def test_the_service_froze_its_start_up_heap_for_the_garbage_collector(service: Any) -> None:

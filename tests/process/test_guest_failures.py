@@ -10,6 +10,7 @@ the leg, ``_guest_failure``) is the real one.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, ToolCallInf
 from cellblock.server import messages as msg
 from cellblock.server.app import Service
 from cellblock.server.config import Limits
+from cellblock.server.limits import WATCHDOG_GRACE_MS
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(60)]
 
@@ -60,6 +62,17 @@ async def test_program_failures(client: CellblockClient, code: str, expected_cod
 async def scripted_client(scripted_service: Service) -> AsyncIterator[CellblockClient]:
     async with await CellblockClient.connect(scripted_service.address) as c:
         yield c
+
+
+async def test_a_guest_silent_past_its_deadline_is_killed_by_the_hosts_watchdog(scripted_client: CellblockClient) -> None:
+    # The leg's settle loop is woken at the deadline and again at the kill time (its two timers):
+    # a cell that neither ends nor answers is killed then, and the leg fails with [R06].
+    scope = Scope(session_id="proc-scripted", agent_run_id="silent")
+    await scripted_client.put_catalog(scope, [{"source": "client", "owner": "app", "name": "noop"}])
+    started = time.monotonic()
+    result = await scripted_client.exec(scope, tool_call_id="s", code="// SCRIPT:silent\nreturn 1;", handlers={}, limits=LimitOverrides(timeout_ms=1000))
+    assert (result.status, result.code, result.failure_phase, result.error) == ("failed", "timeout", "host", msg.r06(1000)), result.raw_json
+    assert time.monotonic() - started < 1.0 + WATCHDOG_GRACE_MS / 1000 + 5.0
 
 
 @pytest.mark.parametrize(

@@ -191,7 +191,7 @@ class _Model:
                 self.internal.add(r.bridge_id)
                 return Answer("P03", echo, msg.p03(r.bridge_id), True)
             self.counters[r.method] = last
-            provenance = "input" if r.refusal in (pb.GUEST_REFUSAL_TOO_LARGE, pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS) else "internal"
+            provenance = "input" if r.refusal in (pb.GUEST_REFUSAL_TOO_LARGE, pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS, pb.GUEST_REFUSAL_TOO_DEEP) else "internal"
             self.refused.append((r.method, n, last, provenance))
             return Answer("refused", echo)
         if r.bridge_id in self.seen or n <= self.counters.get(r.method, 0):  # ids only go up

@@ -21,11 +21,22 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 
 #: Properties of the wide schema: about 3.5 MB of JSON at 25,000.
 WIDE = 25_000
+#: Properties of the huge trusted schema, and their description length: about 21 MB of JSON (few
+#: nodes, long texts: its metaschema check in the worker stays well inside the registration budget
+#: on a loaded machine, while the loop would copy all 21 MB).
+HUGE, HUGE_DESCRIPTION = 2_000, 10_500
+#: Characters of the long description.
+DESCRIPTION_CHARS = 5 * 1024 * 1024
 
 
 def wide_schema(properties: int) -> dict[str, Any]:
     """An object schema with ``properties`` string properties of 100-character descriptions."""
     return {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 100, "minLength": 1} for i in range(properties)}}
+
+
+def huge_schema() -> dict[str, Any]:
+    """An object schema of about 21 MB: :data:`HUGE` string properties of :data:`HUGE_DESCRIPTION`-character descriptions."""
+    return {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * HUGE_DESCRIPTION} for i in range(HUGE)}}
 
 
 async def _echo(tool_input: dict[str, Any], _info: Any) -> dict[str, Any]:
@@ -108,6 +119,23 @@ async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: i
     return {"ok": result.status == "completed", "status": result.status, "error": result.error[:300] if result.error else ""}
 
 
+_PUT_CASES = ("put_host", "small", "put_host_huge", "put_description")
+
+
+async def _put_case(client: CellblockClient, scope: Scope, case: str, props: int) -> dict[str, Any]:
+    """The registrations alone: a wide trusted schema (``small``: 20 properties), a 21 MB one, a 5 MB description."""
+    if case == "put_host_huge":
+        tool = Tool(source="host", owner="core", name="wide", parameters=huge_schema())
+    elif case == "put_description":
+        tool = Tool(source="host", owner="core", name="long", description="d" * DESCRIPTION_CHARS)
+    else:
+        tool = Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))
+    catalog = await client.put_catalog(scope, [tool])
+    # The answer lists the registered entry with its texts as they were registered.
+    (entry,) = catalog.entries
+    return {"ok": entry.tool.description == tool.description and (entry.tool.parameters == tool.parameters)}
+
+
 async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     """Runs one case against the service at ``address``; returns a summary of its answer."""
     scope = Scope(session_id=session, agent_run_id="loop")
@@ -118,9 +146,8 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     async with await CellblockClient.connect(address) as client:
         if case in _DENSE_CASES:
             return await _dense_case(client, scope, case, props, big)
-        if case in ("put_host", "small"):
-            await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
-            return {"ok": True}
+        if case in _PUT_CASES:
+            return await _put_case(client, scope, case, props)
         if case == "describe":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
             result = await _exec(client, scope, tool_call_id="d", code='const d = await tools.describe("host:core:wide"); return JSON.stringify(d).length;', handlers={})

@@ -12,6 +12,7 @@ Scripts (one per program, in a comment such as ``// SCRIPT:fail:ENGINE_TRAP``):
 * ``exit:<n>``: exit with code ``n`` without ending the leg.
 * ``fail:<KIND>``: end the leg with ``Failed(kind=FAILURE_KIND_<KIND>)``; the message is a JSON
   string literal for the kinds that carry guest text.
+* ``silent``: send nothing after ``Start`` (the host's watchdog must end the leg).
 * ``garbage``: send a message the host does not accept after ``Start`` (a second ``hello``).
 * ``forge:PROTOCOL``: send a request with a malformed bridge id (P02) and return the host's answer.
 * ``forge:OUTPUT``: send output entries that are JSON but no ``text``/``json`` entry, then the P02

@@ -8,7 +8,7 @@ from pathlib import Path
 from cellblock.server import messages
 
 REPO = Path(__file__).resolve().parents[2]
-GUEST_ONLY = {"B13", "B15", "B16", "B17", "B18", "B20", "B21", "B22"}
+GUEST_ONLY = {"B13", "B15", "B16", "B17", "B18", "B20", "B21", "B22", "B27"}
 """Texts the guest controller writes itself (the host never produces them)."""
 
 

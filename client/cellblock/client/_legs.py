@@ -221,28 +221,36 @@ class LegDriver:
             return
         info = ToolCallInfo._from_proto(tc)
         handler = handlers.get(tc.catalog_id) or handlers.get(tc.name)
-        task = asyncio.create_task(_invoke(handler, tc.input_json, info), name=f"cellblock-tool:{tc.nested_call_id}")
+
+        async def serve() -> code_mode_service_pb2.ToolResult:
+            result = await _invoke(handler, tc.input_json, info)
+            # Handed to the stream's writer by the handler's own task as it ends (nothing
+            # can cancel it between the two): no loop turn for a done callback per result.
+            run.tasks.pop(tc.nested_call_id, None)
+            self._deliver(run, result)
+            return result
+
+        task = asyncio.create_task(serve(), name=f"cellblock-tool:{tc.nested_call_id}")
         run.tasks[tc.nested_call_id] = task
 
         def done(t: asyncio.Task[code_mode_service_pb2.ToolResult]) -> None:
+            if not t.cancelled():
+                return  # delivered by serve()
             run.tasks.pop(tc.nested_call_id, None)
-            if t.cancelled():
-                if tc.nested_call_id in run.abandoned:
-                    run.abandoned.discard(tc.nested_call_id)
-                    return
-                result = _error_result(tc.nested_call_id, "cancelled", "the tool handler was cancelled")
-            else:
-                result = t.result()
-            self._deliver(run, result)
+            if tc.nested_call_id in run.abandoned:
+                run.abandoned.discard(tc.nested_call_id)
+                return
+            self._deliver(run, _error_result(tc.nested_call_id, "cancelled", "the tool handler was cancelled"))
 
         task.add_done_callback(done)
 
     def _deliver(self, run: RunCalls, result: code_mode_service_pb2.ToolResult) -> None:
         """Queues ``result`` on the run's open stream now, or keeps it for the run's next leg.
 
-        No task per result: the handler's done callback hands it straight to the stream's
-        writer. It is kept for the next leg when no stream is open, the write fails (a
-        ``CellblockError``), or the leg ended while it was written.
+        No task per result: the handler's task hands it straight to the stream's writer (a
+        cancelled handler's done callback hands over its ``cancelled`` result). It is kept for
+        the next leg when no stream is open, the write fails (a ``CellblockError``), or the leg
+        ended while it was written.
         """
         stream = run.stream
         if stream is None or not stream.open:

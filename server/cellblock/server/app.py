@@ -47,7 +47,7 @@ from cellblock.server.runs import Runner, RunRegistry
 from cellblock.server.store import DEFAULT_LEASE_SECONDS, RunStore, StoreUnavailableError, default_state_dir, default_store_url, describe_store, make_run_store
 from cellblock.server.telemetry import LoopMonitor, observe_registry, server_interceptors
 from cellblock.server.workers import cpu_pool
-from cellblock.v1 import catalog_service_pb2, catalog_service_pb2_grpc, code_mode_service_pb2, run_service_pb2, run_service_pb2_grpc
+from cellblock.v1 import catalog_service_pb2, code_mode_service_pb2, run_service_pb2, run_service_pb2_grpc
 
 log = structlog.get_logger("cellblock.server")
 
@@ -350,7 +350,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
             *keepalive_options(settings.keepalive_min_ping_interval_ms),
         ],
     )
-    catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server(CatalogService(state, registry), server)
+    CatalogService(state, registry).add_to_server(server)  # PutCatalog and GetCatalog answer with bytes
     CodeModeService(state, runner).add_to_server(server)  # GetToolSurface may answer with bytes
     run_service_pb2_grpc.add_RunServiceServicer_to_server(RunService(state, registry), server)
     health_servicer = health.aio.HealthServicer()

@@ -188,6 +188,19 @@ CONTRACT_BUDGET_MS = 20
 MAX_SCHEMA_DEPTH = 128
 """Deepest nesting of arrays and objects a registered schema may have (JSON levels)."""
 
+MAX_VALUE_DEPTH = 256
+"""Deepest nesting of arrays and objects of a value that crosses a cell's bridge (JSON levels).
+
+Each value the cell's controller serialises (the final value, each argument of a bridge
+request, an output entry's or a ``yield_control`` reason's value) is refused deeper (SPEC
+§8.8 rule 7): the engine's ``JSON.stringify`` recurses with no stack check and traps at about
+12,000 levels, ``String()`` of an array at about 750. The host reads and writes every value
+at this depth on each of its paths (its deepest-recursing one, the writer of floats that
+``json.dumps`` spells differently, stops near 300 under the interpreter's recursion limit of
+1000). ``controller.js`` writes this number itself (``MAX_VALUE_DEPTH``); a unit test
+compares the two.
+"""
+
 SMALL_JOB_CHARS = 16 * 1024
 """Worker inputs up to this many characters use the small lane of the worker pool."""
 

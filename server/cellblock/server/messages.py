@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from cellblock.server.limits import ECHO_MAX_CHARS, MAX_SCOPE_ID_CHARS, SUSPENDED_RUN_CAP, SYNTAX_ERROR_MESSAGE_MAX_CHARS
+from cellblock.server.limits import ECHO_MAX_CHARS, MAX_SCOPE_ID_CHARS, MAX_VALUE_DEPTH, SUSPENDED_RUN_CAP, SYNTAX_ERROR_MESSAGE_MAX_CHARS
 
 
 def echo(text: str) -> str:
@@ -404,8 +404,8 @@ def b24(max_pending_tool_calls: int) -> str:
 
 
 def b23(method: str) -> str:
-    """[B23]: the bridge request ``method`` nests deeper than the host serialises."""
-    return f"this {method} request is nested too deeply for the bridge; send flatter data."
+    """[B23]: the bridge request ``method`` nests deeper than the cell or the host serialises (the controller writes the same text)."""
+    return f"this {method} request is nested too deeply for the bridge (at most {MAX_VALUE_DEPTH} levels of arrays and objects); send flatter data."
 
 
 def b25(method: str, size: int, budget_ms: int) -> str:

@@ -135,9 +135,9 @@ async def test_a_parked_runs_catalog_document_from_the_worker_equals_the_views_o
     run.search("alpha", None)
     run.count_call()
     unprepared = RunCatalog(scope.catalog.view, CONFIG)
-    stored = json.loads(run.state_bytes().decode("utf-8", "surrogatepass"))
+    stored = json.loads(b"".join(run.state_parts()).decode("utf-8", "surrogatepass"))
     assert stored.pop("catalogVersion") == scope._prepared.version  # type: ignore[union-attr]
-    assert stored == json.loads(unprepared.state_bytes().decode("utf-8", "surrogatepass")) == json.loads(json.dumps(run.to_state()))
+    assert stored == json.loads(b"".join(unprepared.state_parts()).decode("utf-8", "surrogatepass")) == json.loads(json.dumps(run.to_state()))
     restored = RunCatalog.from_state(stored, CONFIG)
     assert restored.start_catalog_part() == run.start_catalog_part() and restored.counter_scope == run.counter_scope
 
@@ -146,7 +146,7 @@ async def test_a_parked_runs_catalog_document_from_the_worker_equals_the_views_o
 async def test_a_run_resumed_on_this_replica_gets_its_own_preparation_back_and_no_other(cpu: CpuPool) -> None:
     scope = ScopeCatalog(CONFIG)
     await _put(scope, cpu, [_tool("a", "alpha tool", "x")])
-    parked = json.loads(scope.view().state_bytes().decode("utf-8", "surrogatepass"))
+    parked = json.loads(b"".join(scope.view().state_parts()).decode("utf-8", "surrogatepass"))
     again = scope.restore_view(parked)
     assert again._prepared is scope._prepared and again.start_catalog_part() is scope._prepared.start_part
     # After a new registration the stored run is restored from its own document: the old version.

@@ -199,3 +199,22 @@ def test_matching_many_properties_against_patterns_stops_at_the_budget() -> None
         check_input_contract(wide, properties)
     assert time.thread_time() - started < 0.4  # before: 1.2 s
     check_input_contract(wide, {"p1_x": "v", "other": "w"})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        ("^(?=a)a+$", "invalid perl operator: (?= (lookahead and lookbehind need backtracking)"),
+        ("(?<!a)b", "invalid perl operator: (?<! (lookahead and lookbehind need backtracking)"),
+        ("(a)\\1", "invalid escape sequence: \\1 (backreferences need backtracking)"),
+        ("(ab", "missing ): (ab (not a pattern RE2 accepts)"),
+        ("a{1001}", "invalid repetition size: {1001} (not a pattern RE2 accepts)"),
+        ("\\Z", "invalid escape sequence: \\Z (not a pattern RE2 accepts)"),
+    ],
+)
+def test_a_refused_pattern_says_which_pattern_and_why(pattern: str, reason: str) -> None:
+    # Every refusal said "lookaround or backreference", also for a pattern that is merely malformed.
+    for schema in ({"type": "string", "pattern": pattern}, {"type": "object", "patternProperties": {pattern: {}}}):
+        with pytest.raises(CatalogRegistrationError) as raised:
+            Catalog().register([{"source": "host", "name": "t", "parameters": schema}])
+        assert raised.value.problem == f"parameters is not a valid JSON Schema: pattern {pattern!r} is outside the linear-time engine (RE2): {reason}; contracts match patterns in linear time only"

@@ -10,6 +10,8 @@ EXPECTED = {
     "tool_surface", "CatalogCounters", "CounterSnapshot", "view_from_state", "view_state", "entry_state",
     # The steps the service runs in worker processes (issue 11).
     "GuestData", "SchemaTexts", "SCHEMA_FIELDS", "guest_data", "registration_problem", "search_model",
+    # PutCatalog's one worker call also builds its answer and view from the checked catalog (issue 11 item 1).
+    "checked_registration", "Problem",
     # GetToolSurface's definitions from the worker's schema texts (issue 11 item 1).
     "surface_definitions", "SurfaceDefinition",
     # A worker process checks a long tool input or result against its entry's schema (issue 11 item 1).

@@ -263,3 +263,39 @@ def test_early_error_the_parser_missed_is_a_compile_error_with_its_line() -> Non
         assert line.isdigit() and int(line) >= 1 and message
     else:
         assert status["phase"] in ("fulfilled", "rejected")
+
+
+NEST = "let v = 0; for (let i = 0; i < %d; i++) v = [v]; "
+
+
+def test_the_controller_and_the_host_share_the_value_nesting_bound() -> None:
+    from pathlib import Path  # noqa: PLC0415
+
+    from cellblock.server.limits import MAX_VALUE_DEPTH  # noqa: PLC0415
+
+    controller = (Path(__file__).resolve().parents[3] / "sandbox-image" / "guest" / "cellblock" / "guest" / "controller.js").read_text(encoding="utf-8")
+    assert f"const MAX_VALUE_DEPTH = {MAX_VALUE_DEPTH};" in controller
+
+
+@pytest.mark.parametrize("depth", [257, 100_000])
+def test_a_value_nested_deeper_than_the_bound_never_reaches_the_engine_serialiser(depth: int) -> None:
+    # 100,000 levels trapped the engine (VMPoisonedError "call stack exhausted") in JSON.stringify.
+    status, _ = run(NEST % depth + "return v;")
+    assert (status["phase"], status["reason"]) == ("unserialisable", "nesting is deeper than 256 levels")
+    status, sent = run(NEST % (depth - 1) + 'try { await tools.echo({v}); } catch (e) { return e.message; }')
+    assert json.loads(status["valueJson"]) == "this callValue request is nested too deeply for the bridge (at most 256 levels of arrays and objects); send flatter data."
+    assert [i[4] for i in sent if i[0] == "request"] == ["too_deep"]
+
+
+def test_string_of_a_deep_array_is_measured_before_it_is_joined() -> None:
+    # A bigint makes JSON.stringify throw; String() of the array then joined 100,000 levels in C (a trap).
+    status, _ = run(NEST % 100_000 + "return [1n, v];")
+    assert (status["phase"], status["reason"]) == ("unserialisable", "nesting is deeper than 256 levels")
+    status, _ = run(NEST % 200 + "return [1n, v];")
+    assert json.loads(status["valueJson"]) == "1,0"
+
+
+def test_a_value_at_the_bound_is_written_whole() -> None:
+    status, sent = run(NEST % 256 + 'json(v); await tools.echo(v[0]); return v;', answer=lambda m, a: (True, 1))
+    assert status["phase"] == "fulfilled" and len(status["valueJson"]) == 2 * 256 + 1
+    assert [i[0] for i in sent] == ["output", "request"] and sent[1][4] == ""

@@ -89,3 +89,22 @@ def test_a_catalog_text_that_is_no_json_fails_the_install() -> None:
     with pytest.raises(RuntimeError, match="the controller did not install"):
         vm.install({key: value for key, value in CONFIG.items() if key != "catalog"}, '{"allTools": [')
     vm.close()
+
+
+def test_settlements_on_either_side_of_the_call_buffer_arrive_whole() -> None:
+    # A settlement text up to TEXT_BUFFER_BYTES goes through the VM's call buffer, a longer one
+    # through an allocation of its own: both reach the guest unchanged (multi-byte text too).
+    from cellblock.guest._crossings import TEXT_BUFFER_BYTES
+
+    vm = _vm(10.0)
+    vm.start("let out = []; for (let i = 0; i < 4; i++) { out.push((await tools.echo({})).s.length); } return out;")
+    lengths = []
+    for size in (TEXT_BUFFER_BYTES - 200, TEXT_BUFFER_BYTES + 10, 3 * TEXT_BUFFER_BYTES, 10):
+        outbox, status = vm.report()
+        assert status["phase"] == "pending"
+        text = "é" * (size // 2)
+        lengths.append(len(text))
+        vm.settle(outbox.items[-1][1], True, json.dumps({"s": text}, ensure_ascii=False), "")
+    _, status = vm.report()
+    assert json.loads(status["valueJson"]) == lengths
+    vm.close()

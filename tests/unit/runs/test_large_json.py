@@ -17,7 +17,7 @@ from cellblock.server.catalog import BridgeReplyError, compact_json
 from cellblock.server.config import CodeModeConfig
 from cellblock.server.runs import BridgeMethod, JsonText, PreparedResult, ToolOutcome, portable, result_in_worker
 from cellblock.server.runs._codec import decode_run, encode_run
-from cellblock.server.runs._large_json import args_in_worker, input_check_in_worker
+from cellblock.server.runs._large_json import args_checked_in_worker, args_in_worker, input_check_in_worker
 from cellblock.server.runs._state import PendingRequest
 from tests.unit.runs.test_codec import _catalog, _record, _run
 
@@ -64,6 +64,14 @@ def test_the_input_contract_checked_in_a_worker_gives_the_loops_b10() -> None:
             view.resolve_call("callValue", ["host:core:strict", bad])
         assert input_check_in_worker(portable(entry), compact_json(bad)) == (raised.value.message, "input", "input_contract")
     assert input_check_in_worker(portable(entry), compact_json({"k": "v", "xs": ROWS})) is None
+    # Checked in the call that reads the arguments (the input is read once): the same answers, for the named entry.
+    for value in ({"xs": []}, {"k": "v", "extra": 1}, {"k": 5}, {"k": "v", "xs": ROWS}):
+        text = json.dumps(["host:core:strict", value], ensure_ascii=False)
+        assert args_checked_in_worker(text, 1, portable(entry)) == (args_in_worker(text, 1), ("host:core:strict", input_check_in_worker(portable(entry), compact_json(value))))
+    # Nothing to check when there is no input, or the text is refused before it.
+    assert args_checked_in_worker('["host:core:strict"]', 1, portable(entry)) == ((["host:core:strict"], False), None)
+    assert args_checked_in_worker("[1,", 1, portable(entry)) == ((None, False), None)
+    assert args_checked_in_worker('["x",' + "[" * 3000 + "]" * 3000 + "]", 1, portable(entry)) == (([], True), None)
     # Resolving a long input defers the check to the worker, and such a call is not dispatched until then.
     call = view.resolve_call("callValue", ["host:core:strict", JsonText('{"xs":[]}', True)])
     assert call.input_unchecked

@@ -221,8 +221,8 @@ class _StoredView:
     def to_state(self) -> dict[str, Any]:
         return {}
 
-    def state_bytes(self) -> bytes:
-        return b"{}"
+    def state_parts(self) -> list[bytes | memoryview]:
+        return [b"{}"]
 
     def entry(self, _entry_id: str) -> None:
         return None

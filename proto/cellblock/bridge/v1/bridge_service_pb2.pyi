@@ -35,6 +35,10 @@ class _GuestRefusalEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_GuestRef
     """An MCP namespace call's argument was not one plain object (B14) or
     lacked required properties (B15); input provenance (SPEC §8.5 item 6).
     """
+    GUEST_REFUSAL_TOO_DEEP: _GuestRefusal.ValueType  # 4
+    """An argument nested deeper than the controller serialises (B23, at most
+    256 levels of arrays and objects); input provenance (SPEC §8.8 rule 7).
+    """
 
 class GuestRefusal(_GuestRefusal, metaclass=_GuestRefusalEnumTypeWrapper):
     """GuestRefusal names a request the controller refused without sending it.
@@ -50,6 +54,10 @@ GUEST_REFUSAL_TOO_LARGE: GuestRefusal.ValueType  # 2
 GUEST_REFUSAL_NAMESPACE_ARGUMENTS: GuestRefusal.ValueType  # 3
 """An MCP namespace call's argument was not one plain object (B14) or
 lacked required properties (B15); input provenance (SPEC §8.5 item 6).
+"""
+GUEST_REFUSAL_TOO_DEEP: GuestRefusal.ValueType  # 4
+"""An argument nested deeper than the controller serialises (B23, at most
+256 levels of arrays and objects); input provenance (SPEC §8.8 rule 7).
 """
 Global___GuestRefusal: _TypeAlias = GuestRefusal  # noqa: Y015
 

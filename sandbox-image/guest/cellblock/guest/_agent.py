@@ -57,7 +57,7 @@ CONTROLLER_FAULT = "Error: the program changed a built-in the cell runtime relie
 #: Exit code when the precompiled QuickJS module cannot be used (Python's own
 #: failure code: the bridge proto's CellExitCode has no value for it yet).
 ENGINE_UNUSABLE_EXIT = 1
-_REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE, "namespace_arguments": pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS}
+_REFUSALS = {"": pb.GUEST_REFUSAL_UNSPECIFIED, "pending_cap": pb.GUEST_REFUSAL_PENDING_CAP, "too_large": pb.GUEST_REFUSAL_TOO_LARGE, "namespace_arguments": pb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS, "too_deep": pb.GUEST_REFUSAL_TOO_DEEP}
 
 
 class _Watchdog:

@@ -11,9 +11,12 @@ crossings that shape needs, with a ``this`` value and out/argv slots allocated
 once per VM.
 
 Uses quickjs-rs internals (pinned 0.2.6, like ``_vm``): the instance's raw
-export call ``c``, ``alloc_write``, ``read_i32``, ``take_result``,
+export call ``c``, ``alloc_write`` (a text longer than the call buffer), the exports
+``qjs_last_len``/``qjs_last_ptr``/``qjs_result_free`` of its result channel,
 ``take_exception`` and the context's ``_classify_jserror``. Errors are raised as quickjs-rs would raise them, so the
-VM's guard classifies them the same way (JS error, trap, out of memory).
+VM's guard classifies them the same way (JS error, trap, out of memory). The argument slot,
+the out slot, the call buffer and the result text are read and written in the linear memory
+directly (``ctypes``, bounds-checked against its current size like quickjs-rs's ``read``).
 
 Most of a crossing's cost was not the engine but wasmtime-py's checked call:
 it rebuilds the function's type, converts every argument and result through
@@ -26,15 +29,17 @@ buffer and the signature read once per export (pinned wasmtime 50.0.1).
 from __future__ import annotations
 
 import ctypes
-import struct
 from typing import Any
 
 import wasmtime
 from quickjs_rs import JSError
 from quickjs_rs import _engine as qjs_engine
 from wasmtime import _ffi as wasmtime_ffi
-from wasmtime._func import enter_wasm
+from wasmtime._func import maybe_raise_last_exn
 
+#: Bytes of the per-VM buffer a call's string argument is written into
+#: (longer texts take an allocation of their own).
+TEXT_BUFFER_BYTES = 4096
 #: quickjs-rs status codes of its wasm exports (``_engine.STATUS_*``).
 _STATUS_OK = 0
 _STATUS_JS_ERROR = 1
@@ -59,6 +64,11 @@ class ControllerCalls:
         self._undefined = int(inst.c("new_undefined"))
         self._out = int(inst.c("qjs_alloc", 4))
         self._argv = int(inst.c("qjs_alloc", 4))
+        # A nested call's settlement text is small: it is written into this
+        # buffer, allocated once per VM, instead of an allocation and a free per call.
+        self._text = int(inst.c("qjs_alloc", TEXT_BUFFER_BYTES))
+        if self._text == 0:
+            raise RuntimeError("the engine could not allocate the call buffer")
 
     def call(self, func: int, text: str | None, *, result: bool) -> str | None:
         """Calls ``func(text)`` (or ``func()``) with ``this`` undefined.
@@ -81,12 +91,16 @@ class ControllerCalls:
         arg = 0
         if text is not None:
             data = text.encode()
-            ptr = inst.alloc_write(data)
-            try:
-                arg = int(c("new_string", ptr, len(data)))
-            finally:
-                c("qjs_free", ptr, len(data))
-            inst.mem.write(inst.store, struct.pack("<i", arg), self._argv)
+            if len(data) <= TEXT_BUFFER_BYTES:
+                ctypes.memmove(self._address(self._text, len(data)), data, len(data))
+                arg = int(c("new_string", self._text, len(data)))
+            else:
+                ptr = inst.alloc_write(data)
+                try:
+                    arg = int(c("new_string", ptr, len(data)))
+                finally:
+                    c("qjs_free", ptr, len(data))
+            ctypes.c_int32.from_address(self._address(self._argv, 4)).value = arg
             argc = 1
         try:
             status = c("call_function", func, self._undefined, self._argv, argc, self._out)
@@ -101,7 +115,7 @@ class ControllerCalls:
             raise classified from classified.__cause__
         if status != _STATUS_OK:
             raise JSError("Error", f"call status={status}", None)
-        handle = inst.read_i32(self._out)
+        handle = ctypes.c_int32.from_address(self._address(self._out, 4)).value
         try:
             if not result:
                 return None
@@ -111,9 +125,25 @@ class ControllerCalls:
             # guest conversion. Callers still check the decoded shape.
             if c("get_string", handle) != _STATUS_OK:
                 raise RuntimeError("the controller's text could not be read")
-            return bytes(inst.take_result()).decode()
+            length = int(c("qjs_last_len"))
+            text_ptr = int(c("qjs_last_ptr")) if length else 0
+            try:
+                return ctypes.string_at(self._address(text_ptr, length), length).decode() if length else ""
+            finally:
+                c("qjs_result_free")
         finally:
             c("free_value", handle)
+
+    def _address(self, ptr: int, length: int) -> int:
+        """The host address of ``length`` bytes at ``ptr`` of the linear memory (bounds-checked, as quickjs-rs reads).
+
+        Raises:
+            RuntimeError: The range is outside the memory.
+        """
+        mem, store = self._inst.mem, self._inst.store
+        if ptr < 0 or length < 0 or ptr + length > mem.data_len(store):
+            raise RuntimeError(f"out-of-range engine memory access ptr={ptr} len={length}")
+        return ctypes.addressof(mem.data_ptr(store).contents) + ptr
 
     def close(self) -> None:
         """Frees the slots and the ``this`` value (a poisoned engine may refuse)."""
@@ -121,6 +151,7 @@ class ControllerCalls:
             self._c("free_value", self._undefined)
             self._c("qjs_free", self._out, 4)
             self._c("qjs_free", self._argv, 4)
+            self._c("qjs_free", self._text, TEXT_BUFFER_BYTES)
         except Exception:  # noqa: BLE001 - the engine is being released anyway
             pass
 
@@ -139,7 +170,7 @@ class UncheckedExports:
     stored in the raw ``i32`` slot exactly as ``wasmtime.Val.i32`` stores it (wrapped
     to 32 bits). Anything else takes the checked call, which raises as before.
     Traps and host-callback exceptions surface as in the checked call
-    (``enter_wasm``), and the instance is published to quickjs-rs's host-import
+    (wasmtime's ``enter_wasm``, inlined), and the instance is published to quickjs-rs's host-import
     trampolines for the call like ``_Instance.c`` does.
 
     Args:
@@ -181,11 +212,19 @@ class UncheckedExports:
         store = self._store
         previous = getattr(qjs_engine._CUR, "inst", None)
         qjs_engine._CUR.inst = self._inst
+        # wasmtime's enter_wasm inlined (no generator context manager per crossing):
+        # a trap is raised as a Trap, an error as a WasmtimeError, each after an
+        # exception a host callback left (maybe_raise_last_exn) as there.
+        trap = ctypes.POINTER(wasmtime_ffi.wasm_trap_t)()
         try:
-            with enter_wasm(store) as trap:
-                error = wasmtime_ffi.wasmtime_func_call_unchecked(store._context(), ctypes.byref(func._func), values, size, trap)
-                if error:
-                    raise wasmtime.WasmtimeError._from_ptr(error)
+            error = wasmtime_ffi.wasmtime_func_call_unchecked(store._context(), ctypes.byref(func._func), values, size, ctypes.byref(trap))
+            if error:
+                maybe_raise_last_exn()
+                raise wasmtime.WasmtimeError._from_ptr(error)
+            if trap:
+                trap_obj = wasmtime.Trap._from_ptr(trap)
+                maybe_raise_last_exn()
+                raise trap_obj
         finally:
             qjs_engine._CUR.inst = previous
         return int(values[0].i32) if n_results else None

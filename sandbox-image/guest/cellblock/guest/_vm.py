@@ -374,8 +374,8 @@ def _adopt_slot(ctx: quickjs_rs.Context, slot: int) -> quickjs_rs.Handle:
 
 
 def _outbox(taken: Any) -> Outbox:
-    """Decodes the controller's ``take`` record."""
-    items = json.loads(str(taken["items"]))
+    """Decodes the controller's ``take`` record (its ``items`` arrive as a JSON array, parsed with the reply)."""
+    items = taken["items"]
     return Outbox(
         items=items if isinstance(items, list) else [],
         omitted_entries=int(taken["omittedEntries"]),

@@ -220,15 +220,75 @@
     if (isInstance(e, InternalErrorCtor)) throw e;
   }
 
-  // The compact JSON text of the JSON-safe value, or undefined when nothing
+  // ---- Nesting bound (SPEC §8.8 rule 7) ------------------------------------
+  // The engine's JSON.stringify (and Array.prototype.join, which String() of an
+  // array runs) recurse in C with no stack check: about 12,000 levels (join:
+  // about 750) trap the engine and end the leg [R10]. Every value the
+  // controller serialises is therefore written by a stringify whose replacer
+  // tracks its own depth and stops at MAX_VALUE_DEPTH levels of arrays and
+  // objects (the host's limits.MAX_VALUE_DEPTH; a test compares them), before
+  // the C recursion gets deep. The replacer sees each value after its toJSON ran and before its
+  // members are written, so toJSON, getters and Proxies are counted as
+  // serialised, once. `holders` is the path of objects being written
+  // (prototype-less, so no guest index setter on Array.prototype runs); the
+  // replacer is called with the holder of each member, which is on the path.
+  const MAX_VALUE_DEPTH = 256;
+  const DEPTH_TEXT = "nested deeper than " + MAX_VALUE_DEPTH + " levels";
+  const TOO_DEEP = freeze(create(null)); // jsonSafe's answer for a value nested deeper
+  function DepthExceeded() {}
+  // Whether arrays nest in `value` (an array) deeper than `max` levels, walked
+  // iteratively. An array is walked again only when reached at a greater depth
+  // (so a cycle ends at `max`, and each array is walked at most `max` times).
+  function arraysNestDeeper(value, max) {
+    const seen = new WeakMapCtor(); // array -> deepest level it was walked at
+    const stack = [value, 1];
+    let n = 2;
+    while (n > 0) {
+      const depth = stack[--n];
+      const arr = stack[--n];
+      if (depth > max) return true;
+      for (let i = 0; i < arr.length; i++) {
+        const x = arr[i];
+        if (arrayIsArray(x) && !((call(weakGet, seen, x) || 0) >= depth + 1)) {
+          call(weakSet, seen, x, depth + 1);
+          defineProperty(stack, n++, { value: x, writable: true, enumerable: true, configurable: true });
+          defineProperty(stack, n++, { value: depth + 1, writable: true, enumerable: true, configurable: true });
+        }
+      }
+    }
+    return false;
+  }
+
+  function boundedStringify(value) {
+    const holders = create(null);
+    let top = -1;
+    let root = null;
+    function replacer(key, x) {
+      if (root === null) root = this;
+      if (typeof x !== "object" || x === null) return x;
+      while (top >= 0 && holders[top] !== this) top--;
+      // A holder off the path (never, by the algorithm) counts as too deep: fail closed.
+      if (top < 0 && this !== root) throw new DepthExceeded();
+      if (top + 2 > MAX_VALUE_DEPTH) throw new DepthExceeded();
+      top += 1;
+      holders[top] = x;
+      return x;
+    }
+    return jsonStringify(value, replacer);
+  }
+
+  // The compact JSON text of the JSON-safe value, TOO_DEEP when it (or its
+  // toJSON result) nests deeper than MAX_VALUE_DEPTH, or undefined when nothing
   // JSON-safe can be made. The text is kept (never parsed and serialised
-  // again), so only the value's own toJSON and getters run, once.
+  // again), so only the value's own toJSON and getters run, once (twice when
+  // the first attempt threw and an object's String() fallback is checked).
   function jsonSafe(value) {
     if (value === undefined) return "null";
     let text;
     try {
-      text = jsonStringify(value);
+      text = boundedStringify(value);
     } catch (e) {
+      if (isInstance(e, DepthExceeded)) return TOO_DEEP;
       rethrowEngineError(e);
       text = undefined;
     }
@@ -237,12 +297,26 @@
     const t = typeof value;
     if (t === "string" || t === "boolean" || value === null) return jsonStringify(value);
     if (t === "number" && isFiniteFn(value)) return jsonStringify(value);
+    // String() of an array joins its members, recursing in C for each nested
+    // array (a trap at about 750 levels): measured first, iteratively.
+    // (Array.isArray and the walk throw for a revoked Proxy: String() decides then.)
+    try {
+      if (arrayIsArray(value) && arraysNestDeeper(value, MAX_VALUE_DEPTH)) return TOO_DEEP;
+    } catch (e) {
+      rethrowEngineError(e);
+    }
     try { return jsonStringify(StringCtor(value)); } catch (e) { rethrowEngineError(e); return undefined; }
   }
 
+  // A string as is, else jsonSafe's answer (text, TOO_DEEP or undefined).
   function renderText(value) {
     if (typeof value === "string") return value;
     return jsonSafe(value);
+  }
+
+  // The TypeError [B27] of text/json/yield_control for a value nested deeper than the bound.
+  function tooDeep(fnName) {
+    return new TypeErrorCtor(fnName + " could not turn its argument into JSON: it is nested deeper than " + MAX_VALUE_DEPTH + " levels; send flatter data.");
   }
 
   // ---- Output budget, first layer (SPEC §9 rules 3-5, 11) -----------------
@@ -282,12 +356,14 @@
 
   function textFn(value) {
     const t = renderText(value);
+    if (t === TOO_DEEP) throw tooDeep("text");
     if (t === undefined) throw new TypeErrorCtor("text could not turn its argument into JSON or text.");
     emitText(t);
   }
 
   function jsonFn(value) {
     const safe = jsonSafe(value);
+    if (safe === TOO_DEEP) throw tooDeep("json");
     if (safe === undefined) throw new TypeErrorCtor("json could not turn its argument into JSON or text.");
     emit("{\"type\":\"json\",\"value\":" + safe + "}", safe);
   }
@@ -296,7 +372,7 @@
     const parts = [];
     for (let i = 0; i < args.length; i++) {
       const t = renderText(args[i]);
-      append(parts, t === undefined ? "[unrenderable]" : t);
+      append(parts, t === TOO_DEEP ? "[" + DEPTH_TEXT + "]" : t === undefined ? "[unrenderable]" : t);
     }
     emitText(call(arrayJoin, parts, " "));
   }
@@ -338,6 +414,17 @@
     const safeArgs = [];
     for (let i = 0; i < args.length; i++) {
       const safe = jsonSafe(args[i]);
+      if (safe === TOO_DEEP) {
+        // [B23], recorded by the host with input provenance like its own.
+        const n = (counters[method] || 0) + 1;
+        counters[method] = n;
+        const id = "bridge:" + method + ":" + n;
+        const err = refuse("this " + method + " request is nested too deeply for the bridge (at most " + MAX_VALUE_DEPTH + " levels of arrays and objects); send flatter data.");
+        call(weakSet, provenance, err, id);
+        hostSend(id, method, "", "too_deep", n);
+        rejectFn(err);
+        return promise;
+      }
       if (safe === undefined) {
         rejectFn(new TypeErrorCtor(helperName(method) + " could not turn its argument into JSON or text."));
         return promise;
@@ -616,6 +703,7 @@
   function yieldControl(reason) {
     let r = null;
     if (reason !== undefined && reason !== null) r = typeof reason === "string" ? reason : renderText(reason);
+    if (r === TOO_DEEP) return rejected(tooDeep("yield_control"));
     return request("yield", [r === undefined ? null : r]);
   }
 
@@ -684,7 +772,7 @@
       return frames.length ? head + "\n" + call(arrayJoin, frames, "\n") : head;
     }
     const t = renderText(e);
-    return "Uncaught " + (t === undefined ? "[unrenderable value]" : t);
+    return "Uncaught " + (t === TOO_DEEP ? "[value " + DEPTH_TEXT + "]" : t === undefined ? "[unrenderable value]" : t);
   }
 
   // "<line>:<message>" of a compile error; the engine's column for early errors
@@ -705,7 +793,7 @@
   // an object's keys would build a key array through Array.prototype, where a
   // guest accessor could throw.
   const STATUS_FIELDS = ["phase", "hostWork", "failureKind", "failureMessage", "failureBridgeId", "valueJson", "reason"];
-  const TAKE_FIELDS = ["items", "omittedEntries", "omittedBytes", "firstOmitted"];
+  // TAKE_FIELDS (_vm.py): items, omittedEntries, omittedBytes, firstOmitted (takeText).
   // A reply (an array of primitives and nulls, made by replyOf) as JSON text.
   function replyJson(reply) {
     let text = "[";
@@ -722,6 +810,28 @@
   }
 
   const state = { phase: "idle", value: undefined, error: undefined };
+
+  // Hands the outbox to the agent and empties it, as the JSON text of a reply
+  // in TAKE_FIELDS order: `items` is the JSON array of the outbox parts as it
+  // is (built by the controller from strings only; see reportJson), the
+  // omission fields are the entries omitted since the previous take (SPEC §9
+  // rule 11), so every result can end with its marker however the leg ends.
+  // `firstOmitted` is a string of the first omitted content's JSON string
+  // literal (guest text may hold lone surrogates), or "".
+  function takeText() {
+    const items = "[" + call(arrayJoin, outboxParts, ",") + "]";
+    outboxParts = [];
+    lastRefusal = null;
+    let first = "\"\"";
+    if (out.firstOmitted !== null && !out.firstReported) {
+      first = jsonStringify(jsonStringify(out.firstOmitted));
+      out.firstReported = true;
+    }
+    const text = "[" + items + "," + (out.omittedEntries - out.reportedEntries) + "," + (out.omittedBytes - out.reportedBytes) + "," + first + "]";
+    out.reportedEntries = out.omittedEntries;
+    out.reportedBytes = out.omittedBytes;
+    return text;
+  }
 
   function onFulfilled(v) { state.phase = "fulfilled"; state.value = v; }
   function onRejected(e) { state.phase = "rejected"; state.error = e; }
@@ -779,14 +889,20 @@
     // while status() serialised it (so a leg's end needs no further call).
     // Made from their primitives one by one, so no array or object is
     // serialised and no guest toJSON can take part.
+    // The take replies' items are the outbox's JSON array text as it is (built
+    // by the controller from strings only), not a string literal of it: no
+    // second escape here and no second parse in the agent. A pending leg's
+    // status (the reply between two nested calls) is written directly.
     reportJson() {
-      const taken = controller.take();
-      const status = controller.status();
-      return "[" + replyJson(taken) + "," + replyJson(status) + "," + replyJson(controller.take()) + "]";
+      const taken = takeText();
+      let status;
+      if (timerError === null && state.phase === "pending") status = "[\"pending\"," + hostWork + ",null,null,null,null,null]";
+      else status = replyJson(controller.status());
+      return "[" + taken + "," + status + "," + takeText() + "]";
     },
     // take() as one JSON text (the outbox flushed before an end or a snapshot).
     takeJson() {
-      return replyJson(controller.take());
+      return takeText();
     },
     // Returns the leg's state for the guest agent (STATUS_FIELDS).
     status() {
@@ -801,7 +917,10 @@
         // Serialised once, when the leg can end: the value's toJSON and
         // getters do not run again on every idle turn.
         const safe = jsonSafe(state.value);
-        if (safe === undefined) {
+        if (safe === TOO_DEEP) {
+          s.phase = "unserialisable";
+          s.reason = "nesting is deeper than " + MAX_VALUE_DEPTH + " levels";
+        } else if (safe === undefined) {
           s.phase = "unserialisable";
           s.reason = "the value and its String() conversion both threw";
         } else {
@@ -817,29 +936,6 @@
         if (bridgeId !== undefined) s.failureBridgeId = bridgeId;
       }
       return replyOf(s, STATUS_FIELDS);
-    },
-    // Hands the outbox to the agent and empties it: `items` is the JSON array
-    // text of the outbox parts; the omission fields are the entries omitted
-    // since the previous take (SPEC §9 rule 11), so every result can end with
-    // its marker however the leg ends.
-    take() {
-      const items = "[" + call(arrayJoin, outboxParts, ",") + "]";
-      outboxParts = [];
-      lastRefusal = null;
-      const r = record({
-        items,
-        omittedEntries: out.omittedEntries - out.reportedEntries,
-        omittedBytes: out.omittedBytes - out.reportedBytes,
-        // A JSON string literal (guest text may hold lone surrogates), or "".
-        firstOmitted: "",
-      });
-      if (out.firstOmitted !== null && !out.firstReported) {
-        r.firstOmitted = jsonStringify(out.firstOmitted);
-        out.firstReported = true;
-      }
-      out.reportedEntries = out.omittedEntries;
-      out.reportedBytes = out.omittedBytes;
-      return replyOf(r, TAKE_FIELDS);
     },
     // Prepares the next leg after a restore: new limits and output state, from
     // the compact JSON text {"limits": ...} (one engine string).

@@ -9,103 +9,18 @@ from typing import Any
 import grpc
 
 from cellblock.server import messages as msg
-from cellblock.server.api._catalogs import ScopeCatalog, prepare_view
+from cellblock.server.api._catalog_wire import catalog_response, register_in_worker, serialized
+from cellblock.server.api._catalogs import PreparedView, ScopeCatalog, prepare_view
+from cellblock.server.api._failures import WithWire, keeping_wire
 from cellblock.server.api._scope import page_start, require_scope
 from cellblock.server.api._state import ServiceState
-from cellblock.server.catalog import SCHEMA_FIELDS, CatalogRegistrationError, compact_json, registration_problem
+from cellblock.server.catalog import CatalogRegistrationError
 from cellblock.server.limits import MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS
 from cellblock.server.runs import CancelReason, RunRegistry
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
 from cellblock.v1 import common_pb2
-
-_SOURCES = {common_pb2.TOOL_SOURCE_HOST: "host", common_pb2.TOOL_SOURCE_MCP: "mcp", common_pb2.TOOL_SOURCE_CLIENT: "client"}
-_SOURCE_ENUM = {v: k for k, v in _SOURCES.items()}
-_OPERATIONS = {
-    pb.MCP_OPERATION_TOOL: "tool",
-    pb.MCP_OPERATION_RESOURCES_LIST: "resources.list",
-    pb.MCP_OPERATION_RESOURCES_READ: "resources.read",
-    pb.MCP_OPERATION_PROMPTS_LIST: "prompts.list",
-    pb.MCP_OPERATION_PROMPTS_GET: "prompts.get",
-}
-_OPERATION_ENUM = {v: k for k, v in _OPERATIONS.items()}
-
-
-def tool_to_dict(tool: pb.Tool) -> dict[str, Any]:
-    """Converts a proto Tool to the registration shape of SPEC §3.2, its schemas still JSON text.
-
-    The schemas stay under their proto field names (``parameters_json``,
-    ``output_schema_json``) for the worker to decode (``catalog.decode_schemas``): decoding
-    megabytes on the event loop held it for 15-60 ms (SPEC §3.1 item 6).
-    """
-    out: dict[str, Any] = {"source": _SOURCES.get(tool.source), "name": tool.name}
-    if tool.owner:
-        out["owner"] = tool.owner
-    if tool.label:
-        out["label"] = tool.label
-    if tool.description:
-        out["description"] = tool.description
-    for field, _key in SCHEMA_FIELDS:
-        text = getattr(tool, field)
-        if text:
-            out[field] = text
-    if tool.replay_safe:
-        out["replaySafe"] = True
-    if tool.side_effecting:
-        out["sideEffecting"] = True
-    if tool.direct_only:
-        out["directOnly"] = True
-    if tool.operation in _OPERATIONS:
-        out["operation"] = _OPERATIONS[tool.operation]
-    return out
-
-
-def _hosted_tools(state: ServiceState, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The hosted MCP entries to add to a new catalog session.
-
-    Raises:
-        CatalogRegistrationError: The caller registers an ``mcp`` tool under the
-            name of a server cellblock hosts itself; calls to that server go to
-            the hosted server, so the caller's copy would describe another tool.
-    """
-    hosted = state.hosted_tools()
-    servers = {t["owner"] for t in hosted}
-    for index, tool in enumerate(tools):
-        owner = tool.get("owner")
-        if tool.get("source") == "mcp" and isinstance(owner, str) and owner.strip() in servers:
-            name = tool.get("name")
-            label = f"mcp:{owner.strip()}:{name}" if isinstance(name, str) and name.strip() else None
-            raise CatalogRegistrationError(index, f"owner {owner.strip()!r} is an MCP server hosted by this cellblock service; its tools join every catalog by themselves", label)
-    return hosted
-
-
-def _catalog_message(scope: tuple[str, str], catalog: ScopeCatalog) -> pb.Catalog:
-    view = catalog.catalog.view
-    entries = []
-    for entry in view.entries:
-        texts = catalog.schema_texts.get(entry.id)
-        if texts is None:
-            texts = (compact_json(entry.parameters) if entry.parameters is not None else "", compact_json(entry.output_schema) if entry.output_schema is not None else "")
-        tool = pb.Tool(
-            source=_SOURCE_ENUM[entry.source],
-            owner=entry.owner,
-            name=entry.name,
-            label=entry.label or "",
-            description=entry.description,
-            parameters_json=texts[0],
-            output_schema_json=texts[1],
-            replay_safe=entry.replay_safe,
-            side_effecting=entry.side_effecting,
-            operation=_OPERATION_ENUM.get(entry.operation or "", pb.MCP_OPERATION_UNSPECIFIED),
-        )
-        entries.append(pb.CatalogEntry(id=entry.id, tool=tool))
-    return pb.Catalog(
-        scope=common_pb2.Scope(session_id=scope[0], agent_run_id=scope[1]),
-        entries=entries,
-        telemetry=telemetry_message(catalog.telemetry()),
-        direct_tool_names=[t["name"] for t in view.direct_tools()],
-    )
 
 
 def telemetry_message(t: dict[str, Any]) -> common_pb2.CatalogTelemetry:
@@ -122,8 +37,11 @@ def telemetry_message(t: dict[str, Any]) -> common_pb2.CatalogTelemetry:
     )
 
 
+_SERVICE = pb.DESCRIPTOR.services_by_name["CatalogService"].full_name
+
+
 class CatalogService(pb_grpc.CatalogServiceServicer):
-    """Registers and reads catalogs."""
+    """Registers and reads catalogs (registered by :meth:`add_to_server`: ``PutCatalog`` and ``GetCatalog`` answer with bytes)."""
 
     def __init__(self, state: ServiceState, registry: RunRegistry, cpu: CpuPool | None = None) -> None:
         self._state = state
@@ -133,50 +51,77 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         # finishing while an earlier merge was in its worker was lost (the merge stored the old catalog back).
         self._locks: weakref.WeakValueDictionary[tuple[str, str], asyncio.Lock] = weakref.WeakValueDictionary()
 
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        """Registers the service like the generated ``add_CatalogServiceServicer_to_server``.
+
+        ``PutCatalog`` and ``GetCatalog`` answer with their response already serialized
+        (``_catalog_wire.catalog_response``); ``PutCatalog`` keeps its request's wire bytes for the
+        worker, which reads the tools from them (``_catalog_wire.register_in_worker``).
+        """
+        handlers = {
+            "PutCatalog": grpc.unary_unary_rpc_method_handler(self.PutCatalog, request_deserializer=keeping_wire(pb.PutCatalogRequest.FromString), response_serializer=serialized),
+            "GetCatalog": grpc.unary_unary_rpc_method_handler(self.GetCatalog, request_deserializer=pb.GetCatalogRequest.FromString, response_serializer=serialized),
+            "ListCatalogs": grpc.unary_unary_rpc_method_handler(self.ListCatalogs, request_deserializer=pb.ListCatalogsRequest.FromString, response_serializer=serialized),
+            "DeleteCatalog": grpc.unary_unary_rpc_method_handler(self.DeleteCatalog, request_deserializer=pb.DeleteCatalogRequest.FromString, response_serializer=serialized),
+        }
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
+        server.add_registered_method_handlers(_SERVICE, handlers)
+
     def _scope_lock(self, scope: tuple[str, str]) -> asyncio.Lock:
         lock = self._locks.get(scope)
         if lock is None:
             lock = self._locks[scope] = asyncio.Lock()
         return lock
 
-    async def PutCatalog(self, request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> pb.PutCatalogResponse:  # noqa: N802
+    async def PutCatalog(self, received: WithWire, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[override]  # noqa: N802
+        """Registers a catalog (SPEC §3.2); the loop reads only the request's small fields (SPEC §3.1 item 6).
+
+        The tools' texts (schemas, descriptions: megabytes) are read from the request's wire bytes
+        in the worker: reading a 21 MB text field here copied it on the loop (10-60 ms).
+        """
+        request: pb.PutCatalogRequest = received.message
         scope = await require_scope(request.scope, context)
         if len(request.tools) > MAX_TOOLS_PER_REQUEST:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"at most {MAX_TOOLS_PER_REQUEST} tools per registration")
         async with self._scope_lock(scope):
-            return await self._put(scope, request, context)
+            return await self._put(scope, request, received.data, context)
 
-    async def _put(self, scope: tuple[str, str], request: pb.PutCatalogRequest, context: grpc.aio.ServicerContext) -> pb.PutCatalogResponse:
+    async def _put(self, scope: tuple[str, str], request: pb.PutCatalogRequest, data: bytes, context: grpc.aio.ServicerContext) -> bytes:
         existing = self._state.catalogs.get(scope)
         merge = request.mode == pb.REGISTRATION_MODE_MERGE
         direct = list(request.direct_tool_names)
         allow = list(request.allow) if request.allow else None
         deny = list(request.deny) if request.deny else None
         try:
-            tools = [tool_to_dict(t) for t in request.tools]
             target = existing if (existing is not None and merge) else ScopeCatalog(self._state.config)
-            hosted = _hosted_tools(self._state, tools)
-            if target is not existing:
-                # A new catalog session gets the hosted MCP servers' entries (SPEC §3.2 item 7),
-                # after the caller's tools so registration errors keep the caller's indexes.
-                tools += hosted  # the hub's own data: the worker hands back copies
+            fresh = target is not existing
             if existing is not None and not merge:
                 # A replace keeps the catalog object only if registration succeeds.
                 target = ScopeCatalog(self._state.config)
-            # Decoding the schema texts and the costly checks (metaschemas, $ref targets) run in a
-            # worker process within the registration budget; the loop then registers the decoded,
-            # checked tools the worker hands back (SPEC §3.1 item 6, §3.2 item 3).
-            size = sum(len(t.parameters_json) + len(t.output_schema_json) + len(t.description) for t in request.tools)
-            problem, texts, tools = await self._cpu.run(registration_problem, tools, "replace", direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
+            # Reading the tools, decoding the schema texts, the costly checks (metaschemas, $ref
+            # targets), the answer's entries and, for a new catalog session, its hosted MCP entries
+            # (SPEC §3.2 item 7) and the view's guest data and search model run in one worker call
+            # within the registration budget; the loop then registers the decoded, checked tools
+            # the worker hands back (SPEC §3.1 item 6, §3.2 item 3).
+            size = len(data)
+            problem, texts, tools, wire, start = await self._cpu.run(
+                register_in_worker, data, self._state.hosted_tools(), fresh, direct, allow, deny, budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope
+            )
             if problem is not None:
                 raise CatalogRegistrationError(*problem)
             # Registered into a fork, swapped in once prepared: a merge that fails changes nothing (SPEC §3.2 item 4).
             staged = target.catalog.fork()
             view = staged.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
-            schema_texts = {**existing.schema_texts, **texts} if existing is not None and target is existing else texts
+            merged = existing is not None and not fresh
+            schema_texts = {**target.schema_texts, **texts} if merged else texts
+            entry_wire = {**target.entry_wire, **wire} if merged else wire
             total = size + (target.prepared_size if merge else 0)
-            prepared = await prepare_view(view, schema_texts, self._cpu, total, scope)
-            target.catalog, target.schema_texts = staged, schema_texts
+            if start is not None:
+                namespace, part, model, entries_json, catalog_bytes = start
+                prepared = PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
+            else:
+                prepared = await prepare_view(view, schema_texts, self._cpu, total, scope)
+            target.catalog, target.schema_texts, target.entry_wire = staged, schema_texts, entry_wire
             target.set_prepared(prepared, total)
         except CatalogRegistrationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
@@ -185,15 +130,15 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
         except WorkerFailed:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.C02)
         self._state.catalogs[scope] = target
-        return pb.PutCatalogResponse(catalog=_catalog_message(scope, target))
+        return await catalog_response(scope, target, telemetry_message(target.telemetry()))
 
-    async def GetCatalog(self, request: pb.GetCatalogRequest, context: grpc.aio.ServicerContext) -> pb.GetCatalogResponse:  # noqa: N802
+    async def GetCatalog(self, request: pb.GetCatalogRequest, context: grpc.aio.ServicerContext) -> bytes:  # type: ignore[override]  # noqa: N802
         scope = await require_scope(request.scope, context)
         catalog = self._state.catalogs.get(scope)
         if catalog is None:
             await context.abort(grpc.StatusCode.NOT_FOUND, "this scope has no catalog")
         assert catalog is not None
-        return pb.GetCatalogResponse(catalog=_catalog_message(scope, catalog))
+        return await catalog_response(scope, catalog, telemetry_message(catalog.telemetry()))
 
     async def ListCatalogs(self, request: pb.ListCatalogsRequest, context: grpc.aio.ServicerContext) -> pb.ListCatalogsResponse:  # noqa: N802
         if not request.session_id.strip():

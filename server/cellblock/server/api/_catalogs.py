@@ -50,6 +50,9 @@ from cellblock.server.workers import CpuPool
 
 log = structlog.get_logger("cellblock.leg")
 
+StartData = tuple[McpNamespace, bytes, Any, bytes, int]
+"""What :func:`start_data` builds in a worker: :class:`PreparedView`'s namespace, start part, search model, entries JSON, catalog bytes."""
+
 
 def _telemetry(view: CatalogView, snap: CounterSnapshot) -> dict[str, Any]:
     """The result telemetry of SPEC §12 item 1 (key order of §10.5)."""
@@ -79,7 +82,7 @@ class PreparedView:
         schema_texts: The compact JSON of its entries' schemas (``tools.describe`` answers).
         search_model: The BM25 model of its guest entries (``catalog.search_model``).
         entries_json: The UTF-8 JSON of its entries' stored form (``catalog.view_state``'s
-            ``entries``), for a parked run's document (:meth:`RunCatalog.state_bytes`).
+            ``entries``), for a parked run's document (:meth:`RunCatalog.state_parts`).
         catalog_bytes: Length of the guest catalog's UTF-8 JSON, the tail of ``start_part``.
         version: A random id of this preparation, written into a parked run's document: a
             resume on this replica finds the same preparation by it (:meth:`ScopeCatalog.restore_view`).
@@ -122,20 +125,20 @@ class RunCatalog:
         """
         return {"view": view_state(self._view), "guestCatalog": self.guest_catalog()}
 
-    def state_bytes(self) -> bytes:
-        """:meth:`to_state` as UTF-8 JSON, from the worker's texts when the view was prepared.
+    def state_parts(self) -> list[bytes | memoryview]:
+        """:meth:`to_state` as UTF-8 JSON in parts to concatenate, from the worker's texts when the view was prepared.
 
         Tens of MB for a scope with large ``mcp`` schemas: serializing them on the event loop
-        each time a run parked held it for about 0.5 s (SPEC §2.3 "loop hold"). Only the
-        session's counters are written here.
+        each time a run parked held it for about 0.5 s, and concatenating them 20-30 ms (SPEC
+        §2.3 "loop hold"). Only the session's counters are written here.
         """
         prepared = self._prepared
         if prepared is None:
-            return _utf8_json(self.to_state())
+            return [_utf8_json(self.to_state())]
         session = view_state(CatalogView((), self._view.counters))
         del session["entries"]
         catalog = memoryview(prepared.start_part)[len(prepared.start_part) - prepared.catalog_bytes :]
-        return b"".join((b'{"catalogVersion":"', prepared.version.encode(), b'","view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"))
+        return [b'{"catalogVersion":"', prepared.version.encode(), b'","view":{"entries":', prepared.entries_json, b",", _utf8_json(session)[1:-1], b'},"guestCatalog":', catalog, b"}"]
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any], config: CodeModeConfig, counters: CatalogCounters | None = None) -> RunCatalog:
@@ -340,8 +343,8 @@ def _utf8_json(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
 
 
-def _start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]) -> tuple[McpNamespace, bytes, Any, bytes, int]:
-    """Worker side of :func:`prepare_view`: namespace, ``Start`` catalog part, search model, stored entries."""
+def start_data(entries: Sequence[CatalogEntry], all_tools: list[dict[str, Any]], convenience: dict[str, str]) -> StartData:
+    """Worker side of :func:`prepare_view`: namespace, ``Start`` catalog part, search model, stored entries, catalog bytes."""
     namespace, catalog_json = guest_data([e for e in entries if e.source == "mcp"], all_tools, convenience)
     model = search_model([e for e in entries if e.source != "mcp"])
     return namespace, start_catalog_part(catalog_json), model, _utf8_json([entry_state(e) for e in entries]), len(catalog_json.encode("utf-8"))
@@ -362,7 +365,7 @@ async def prepare_view(view: CatalogView, schema_texts: SchemaTexts, cpu: CpuPoo
         WorkerFailed: The worker died.
     """
     entries = [portable(entry) for entry in view.entries]
-    namespace, part, model, entries_json, catalog_bytes = await cpu.run(_start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
+    namespace, part, model, entries_json, catalog_bytes = await cpu.run(start_data, entries, view.all_tools(), view.convenience_names(), budget_s=REGISTRATION_BUDGET_MS / 1000.0, size=size, tenant=scope)
     return PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
 
 
@@ -377,6 +380,8 @@ class ScopeCatalog:
         self.prepared_size = 0
         self.schema_texts: SchemaTexts = {}
         """Compact JSON of each entry's schemas, written in the worker at registration (``_catalog_message``)."""
+        self.entry_wire: dict[str, bytes] = {}
+        """Each registered entry's serialized ``Catalog.entries`` field, written in the worker (``_catalog_wire``)."""
         self._surfaces: tuple[CatalogView | None, dict[bool, list[SurfaceDefinition]]] = (None, {})
         self._surface_responses: tuple[CatalogView | None, dict[bool, bytes]] = (None, {})
 

@@ -13,6 +13,7 @@ import structlog
 from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
+from cellblock.server.api._catalog_wire import serialized
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.api._scope import require_scope, require_short_ids
 from cellblock.server.api._state import ServiceState
@@ -30,6 +31,7 @@ from cellblock.server.runs import (
     Telemetry,
     ToolErrorKind,
     ToolOutcome,
+    join_bytes,
     portable,
     result_in_worker,
     result_json,
@@ -128,10 +130,19 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
 
     A long result is read in a worker first (:func:`_long_result`) by a second task, and the
     results after it wait for it, so results keep their order; a ``Cancel`` never waits for
-    it (SPEC §3.6 item 1): the read is dropped with the leg.
+    it (SPEC §3.6 item 1): the read is dropped with the leg. A short result with nothing
+    before it goes to the leg at once.
     """
     results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None] = asyncio.Queue()
-    delivery = asyncio.ensure_future(_deliver_results(results, ports, cpu, scope))
+    reading = [False]  # the delivery task is reading a long result in a worker
+    delivery = asyncio.ensure_future(_deliver_results(results, ports, cpu, scope, reading))
+
+    def short(outcome: ToolOutcome) -> None:
+        # Straight to the leg when nothing before it waits (no task switch per result), else behind it.
+        if results.empty() and not reading[0]:
+            ports.tool_result(outcome)
+        else:
+            results.put_nowait(outcome)
     try:
         try:
             async for message in iterator:
@@ -141,17 +152,11 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
                     if len(tr.nested_call_id) > MAX_SCOPE_ID_CHARS:
                         log.warning("tool_result.id_too_long", length=len(tr.nested_call_id))
                         continue  # never one of ours (SPEC §3.5 item 6)
-                    outcome = tr.WhichOneof("outcome")
                     entry = ports.sent_calls.pop(tr.nested_call_id, None)
-                    if outcome == "ok_json" and len(tr.ok_json) > INLINE_JSON_CHARS:
+                    if tr.WhichOneof("outcome") == "ok_json" and len(tr.ok_json) > INLINE_JSON_CHARS:
                         results.put_nowait((tr.nested_call_id, tr.ok_json, entry))
-                    elif outcome == "ok_json":
-                        results.put_nowait(ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json))
-                    elif outcome == "oversized_bytes":
-                        results.put_nowait(ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes)))
                     else:
-                        kind = _ERROR_KINDS.get(tr.error.kind, ToolErrorKind.FAILED)
-                        results.put_nowait(ToolOutcome(tr.nested_call_id, error_kind=kind, error_message=tr.error.message))
+                        short(_short_outcome(tr))
                 elif which == "cancel":
                     ports.cancel()
         except grpc.aio.AioRpcError:
@@ -169,10 +174,30 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
         delivery.cancel()
 
 
-async def _deliver_results(results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str]) -> None:
-    """Hands the leg the stream's results in arrival order, a long one once a worker read it; ``None`` ends."""
+def _short_outcome(tr: pb.ToolResult) -> ToolOutcome:
+    """A tool result read on the loop: a short ``ok_json``, ``oversized_bytes`` or an error."""
+    outcome = tr.WhichOneof("outcome")
+    if outcome == "ok_json":
+        return ToolOutcome(tr.nested_call_id, ok_json=tr.ok_json)
+    if outcome == "oversized_bytes":
+        return ToolOutcome(tr.nested_call_id, oversized_bytes=max(1, tr.oversized_bytes))
+    return ToolOutcome(tr.nested_call_id, error_kind=_ERROR_KINDS.get(tr.error.kind, ToolErrorKind.FAILED), error_message=tr.error.message)
+
+
+async def _deliver_results(
+    results: asyncio.Queue[ToolOutcome | tuple[str, str, CatalogEntry | None] | None], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str], reading: list[bool]
+) -> None:
+    """Hands the leg the queued results in arrival order, a long one once a worker read it (``reading[0]`` meanwhile); ``None`` ends."""
     while (item := await results.get()) is not None:
-        ports.tool_result(item if isinstance(item, ToolOutcome) else await _long_result(cpu, scope, *item))
+        if isinstance(item, ToolOutcome):
+            ports.tool_result(item)
+            continue
+        reading[0] = True
+        try:
+            outcome = await _long_result(cpu, scope, *item)
+        finally:
+            reading[0] = False
+        ports.tool_result(outcome)
 
 
 def _log_completed(bound: FilteringBoundLogger, report: LegReport, started: float) -> None:
@@ -188,11 +213,6 @@ _SERVICE = pb.DESCRIPTOR.services_by_name["CodeModeService"].full_name
 _SURFACE_SLICE_CHARS = 1 << 20
 
 
-def _serialized(message: Message | bytes) -> bytes:
-    """A response's wire form; ``bytes`` are one already serialized (``GetToolSurface``)."""
-    return message if isinstance(message, bytes) else message.SerializeToString()
-
-
 class CodeModeService:
     """The model-facing service (registered by :meth:`add_to_server`, not the generated base: it may answer with bytes)."""
 
@@ -206,7 +226,7 @@ class CodeModeService:
         ``GetToolSurface`` may answer with its response already serialized (``bytes``).
         """
         handlers = {
-            "GetToolSurface": grpc.unary_unary_rpc_method_handler(self.GetToolSurface, request_deserializer=pb.GetToolSurfaceRequest.FromString, response_serializer=_serialized),
+            "GetToolSurface": grpc.unary_unary_rpc_method_handler(self.GetToolSurface, request_deserializer=pb.GetToolSurfaceRequest.FromString, response_serializer=serialized),
             "Exec": grpc.stream_stream_rpc_method_handler(self.Exec, request_deserializer=pb.ExecRequest.FromString, response_serializer=pb.ExecResponse.SerializeToString),
             "Wait": grpc.stream_stream_rpc_method_handler(self.Wait, request_deserializer=pb.WaitRequest.FromString, response_serializer=pb.WaitResponse.SerializeToString),
         }
@@ -236,7 +256,7 @@ class CodeModeService:
             if size > _SURFACE_SLICE_CHARS:
                 size = 0
                 await asyncio.sleep(0)
-        data = b"".join(parts)
+        data = await join_bytes(parts)  # tens of MB: copied in a thread, without the GIL
         catalog.keep_surface_response(view, engaged, data)
         return data
 

@@ -25,7 +25,7 @@ from ._contracts import check_input_contract, check_output_contract, compile_sch
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
-from ._offload import SCHEMA_FIELDS, GuestData, SchemaTexts, guest_data, registration_problem
+from ._offload import SCHEMA_FIELDS, GuestData, Problem, SchemaTexts, checked_registration, guest_data, registration_problem
 from ._persist import entry_state, view_from_state, view_state
 from ._search import search_model
 from ._surface import SurfaceDefinition, exec_description, surface_definitions, tool_surface
@@ -42,8 +42,10 @@ __all__ = [
     "CounterSnapshot",
     "GuestData",
     "McpNamespace",
+    "Problem",
     "build_namespace",
     "check_input_contract",
+    "checked_registration",
     "check_output_contract",
     "compact_json",
     "compile_schema",

@@ -7,6 +7,7 @@ validators treat ``nullable: true`` as allowing ``null`` (SPEC §8.4 item 4).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -16,8 +17,9 @@ from jsonschema.exceptions import SchemaError, ValidationError
 
 from .. import messages as msg
 from ..limits import CONTRACT_BUDGET_MS
-from ._bounded import ContractBudgetExceeded, LinearRe, budget, budgeted, install, schema_problem
+from ._bounded import ContractBudgetExceeded, LinearRe, SizedLru, UnsupportedPatternError, budget, budgeted, install, schema_problem
 from ._errors import BridgeReplyError
+from ._fast_accept import quick_acceptor
 from ._text import compact_json
 
 if TYPE_CHECKING:
@@ -53,6 +55,43 @@ def _nullable(keyword: KeywordFn) -> KeywordFn:
     return check
 
 
+#: Longest pattern Python's ``re`` may keep in its module cache (512 entries, not bounded by size).
+_RE_CACHED_CHARS = 1024
+
+
+def _is_regex(instance: object) -> bool:
+    """The metaschemas' ``format: regex`` check, without filling Python's ``re`` cache with long patterns.
+
+    jsonschema checks it with ``re.compile``, whose cache keeps the last 512 compiled patterns
+    whatever their size: 512 patterns of 20 KB held 36 MiB in every worker after their catalogs
+    were deleted. A pattern RE2 compiles (the engine contracts run on) is a regex; the rest
+    (lookaround, backreferences) are compiled by ``re``, and purged from its cache when long.
+    """
+    if not isinstance(instance, str):
+        return True
+    try:
+        LinearRe.compile(instance)
+        return True
+    except UnsupportedPatternError:
+        pass
+    try:
+        re.compile(instance)
+    except re.error:
+        return False
+    finally:
+        if len(instance) > _RE_CACHED_CHARS:
+            re.purge()
+    return True
+
+
+def _format_checker(base: Any) -> jsonschema.FormatChecker:
+    """``base``'s metaschema format checker with ``regex`` checked by :func:`_is_regex`."""
+    checker = jsonschema.FormatChecker()
+    checker.checkers = dict(base.FORMAT_CHECKER.checkers)
+    checker.checkers["regex"] = (_is_regex, ())
+    return checker
+
+
 def _extend(base: Any) -> Any:
     wrapped = {name: budgeted(_nullable(fn) if name in ("type", "enum", "const") else fn) for name, fn in base.VALIDATORS.items()}
     return jsonschema.validators.extend(base, validators=wrapped)
@@ -62,6 +101,7 @@ install()  # patterns on RE2 (linear time), see ._bounded
 
 
 _DRAFTS: dict[str, Any] = {uri: _extend(base) for uri, base in _BASE_DRAFTS.items()}
+_FORMAT_CHECKERS: dict[str, jsonschema.FormatChecker] = {uri: _format_checker(base) for uri, base in _BASE_DRAFTS.items()}
 
 
 def compile_schema(schema: object, field: str, *, check: bool = True) -> Validator:
@@ -131,9 +171,9 @@ def _unresolvable_ref(validator: Any, schema: object) -> str | None:
 
 
 # Checking a schema against its metaschema costs about a millisecond; runtimes re-register the
-# same schemas on every turn, so results are remembered by the schema's JSON text.
-_CHECKED: dict[tuple[str, str], str | None] = {}
-_CHECKED_MAX = 4096
+# same schemas on every turn, so results are remembered by the schema's JSON text: at most 4,096
+# and 4 MiB of text together (the texts of deleted catalogs' schemas were kept up to 4,096 each).
+_CHECKED = SizedLru[str | None](max_entries=4096, max_size=4 << 20)
 
 
 def _metaschema_problem(uri: str, cls: Any, schema: object) -> str | None:
@@ -142,17 +182,17 @@ def _metaschema_problem(uri: str, cls: Any, schema: object) -> str | None:
         key: tuple[str, str] | None = (uri, json.dumps(schema, ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError):
         key = None
-    if key is not None and key in _CHECKED:
-        return _CHECKED[key]
+    if key is not None:
+        found, cached = _CHECKED.get(key)
+        if found:
+            return cached
     try:
-        cls.check_schema(schema)
+        cls.check_schema(schema, format_checker=_FORMAT_CHECKERS[uri])
         problem = None
     except SchemaError as error:
         problem = f"{_pointer(error.absolute_path)}: {error.message[:200]}"
     if key is not None:
-        if len(_CHECKED) >= _CHECKED_MAX:
-            _CHECKED.clear()
-        _CHECKED[key] = problem
+        _CHECKED.put(key, problem, len(key[1]))
     return problem
 
 
@@ -309,6 +349,9 @@ def check_input_contract(entry: CatalogEntry, arguments: object) -> None:
     validator = entry.input_validator
     if validator is None:
         return
+    accept = quick_acceptor(validator)
+    if accept is not None and accept(arguments):
+        return  # a flat typed object the full check would accept too (._fast_accept)
     try:
         with budget():
             first = next(iter(validator.iter_errors(arguments)), None)

@@ -19,7 +19,7 @@ from ._errors import CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
 from ._text import compact_json
 
-__all__ = ["SCHEMA_FIELDS", "GuestData", "SchemaTexts", "decode_schemas", "guest_data", "registration_problem"]
+__all__ = ["SCHEMA_FIELDS", "GuestData", "Problem", "SchemaTexts", "checked_registration", "decode_schemas", "guest_data", "registration_problem"]
 
 SchemaTexts = dict[str, tuple[str, str]]
 """Per catalog id, the compact JSON of an entry's ``parameters`` and ``outputSchema`` (``""`` when absent)."""
@@ -75,19 +75,31 @@ def registration_problem(
         decoded tools for the service to register without checks; they reach it through the
         worker pool's result thread, not the event loop.
     """
+    problem, texts, tools, _catalog = checked_registration(tools, mode, direct_tool_names, allow, deny)
+    return problem, texts, tools
+
+
+def checked_registration(
+    tools: list[dict[str, Any]], mode: object, direct_tool_names: object, allow: object, deny: object
+) -> tuple[Problem | None, SchemaTexts, list[dict[str, Any]], Catalog | None]:
+    """:func:`registration_problem`, and the throwaway catalog it registered into (``None`` when refused).
+
+    For a worker that also builds what the service serves the registration from (its view's
+    entries, in the order the service's own registration of ``tools`` gives them).
+    """
     try:
         decode_schemas(tools)
         catalog = Catalog()
         catalog.register(tools, mode=mode, direct_tool_names=direct_tool_names, allow=allow, deny=deny, copy=False)
     except CatalogRegistrationError as error:
-        return (error.index, error.problem, error.tool), {}, []
+        return (error.index, error.problem, error.tool), {}, [], None
     # Every registered tool, catalogued or not: the tool surface answers with the texts of
     # direct-only and excluded tools too (SPEC §3.3, §3.1 item 6).
     texts = {
         e.id: (compact_json(e.parameters) if e.parameters is not None else "", compact_json(e.output_schema) if e.output_schema is not None else "")
         for e in catalog.registered_entries()
     }
-    return None, texts, tools
+    return None, texts, tools, catalog
 
 
 GuestData = tuple[McpNamespace, str]

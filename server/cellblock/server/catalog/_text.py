@@ -41,6 +41,9 @@ def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not JSON")
 
 
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_not_json)
+
+
 def strict_json(text: str) -> Any:
     """Parses JSON text strictly (RFC 8259): ``NaN``, ``Infinity`` and ``-Infinity`` are no JSON.
 
@@ -52,6 +55,9 @@ def strict_json(text: str) -> Any:
         ValueError: ``text`` is not JSON.
         RecursionError: ``text`` nests deeper than the parser can go.
     """
+    if isinstance(text, str) and not text.startswith("\ufeff"):
+        # One decoder for every call (``json.loads`` with an option builds one per call).
+        return _STRICT_DECODER.decode(text)
     return json.loads(text, parse_constant=_not_json)
 
 

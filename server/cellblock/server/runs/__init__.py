@@ -44,7 +44,7 @@ from cellblock.server.runs._protocol import (
 from cellblock.server.runs._registry import RunRegistry, RunSummary
 from cellblock.server.runs._result import completed_result, failed_result, make_telemetry, result_json, waiting_result
 from cellblock.server.runs._runner import LegReport, Runner, Telemetry
-from cellblock.server.runs._start import start_catalog_part
+from cellblock.server.runs._start import join_bytes, start_catalog_part
 from cellblock.server.runs._state import PendingRequest, Run
 
 __all__ = [
@@ -93,6 +93,7 @@ __all__ = [
     "reply_inbox_bytes",
     "result_in_worker",
     "result_json",
+    "join_bytes",
     "start_catalog_part",
     "waiting_result",
 ]

@@ -25,7 +25,7 @@ from cellblock.server.catalog import BridgeReplyError, CatalogEntry, check_input
 from cellblock.server.limits import INLINE_JSON_CHARS
 from cellblock.server.runs._output import NotSerializableError, compact_json
 
-__all__ = ["JsonText", "PreparedResult", "args_in_worker", "input_check_in_worker", "portable", "result_in_worker"]
+__all__ = ["InputCheck", "JsonText", "PreparedResult", "args_checked_in_worker", "args_in_worker", "input_check_in_worker", "portable", "result_in_worker"]
 
 
 @dataclass(frozen=True)
@@ -65,14 +65,19 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
         ``(args, too_deep)``: ``args`` is ``None`` when the text is not a JSON array
         ([P05]); ``too_deep`` when it nests deeper than the host parses or serialises ([B23]).
     """
+    return _read_args(args_json, first_input)[0]
+
+
+def _read_args(args_json: str, first_input: int) -> tuple[tuple[list[object] | None, bool], list[object] | None]:
+    """:func:`args_in_worker`'s answer, and the decoded arguments when it has some."""
     try:
         args = strict_json(args_json)
     except RecursionError:
-        return [], True
+        return ([], True), None
     except ValueError:
-        return None, False
+        return (None, False), None
     if not isinstance(args, list):
-        return None, False
+        return (None, False), None
     try:
         head = args[:first_input]
         compact_json(head)  # the id and the path: serialisable like the rest
@@ -80,9 +85,42 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
         # about 500 deep serialises as JSON but makes pickle raise RecursionError, which
         # pebble answers by killing the worker (one request per worker, all tenants').
         pickle.dumps(head, pickle.HIGHEST_PROTOCOL)
-        return [*head, *(_as_text(a) for a in args[first_input:])], False
+        return ([*head, *(_as_text(a) for a in args[first_input:])], False), args
     except (NotSerializableError, RecursionError):
-        return [], True
+        return ([], True), None
+
+
+InputCheck = tuple[str, tuple[str, str, str | None] | None]
+"""An input contract checked in the same worker call: ``(entry id, None or the [B10] reply)`` (:func:`input_check_in_worker`)."""
+
+
+def args_checked_in_worker(args_json: str, first_input: int, entry: CatalogEntry) -> tuple[tuple[list[object] | None, bool], InputCheck | None]:
+    """:func:`args_in_worker`, and the input's contract against ``entry`` checked on the value just read.
+
+    A long input was read twice: once here, and again from its compact text to check its
+    contract in a second worker call once the loop had resolved the entry. The leg names the
+    entry its exact id (the first argument) resolves to, when it has an input contract; the leg
+    uses this check only when the call resolves to that entry, with the answer the second call
+    would have given.
+
+    Args:
+        args_json: As for :func:`args_in_worker`.
+        first_input: As for :func:`args_in_worker`.
+        entry: A :func:`portable` ``host`` entry with ``parameters``.
+
+    Returns:
+        :func:`args_in_worker`'s answer, and ``(entry.id, problem)`` when the input was read and
+        checked (``problem`` as :func:`input_check_in_worker` returns it), else ``None``.
+    """
+    answer, args = _read_args(args_json, first_input)
+    if args is None or answer[1] or len(args) <= first_input:
+        return answer, None
+    checked = dataclasses.replace(entry, input_validator=compile_schema(entry.parameters, "parameters", check=False))
+    try:
+        check_input_contract(checked, args[first_input])
+    except BridgeReplyError as exc:
+        return answer, (entry.id, (exc.message, exc.provenance, exc.code))
+    return answer, (entry.id, None)
 
 
 def portable(entry: CatalogEntry) -> CatalogEntry:

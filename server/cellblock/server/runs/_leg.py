@@ -31,9 +31,9 @@ from cellblock.server.runs._long_request import LONG_REQUEST_BOUND_S, admit_long
 from cellblock.server.runs._output import NotSerializableError, is_output_entry
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
-from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
+from cellblock.server.runs._protocol import BridgeMethod, CellExited, DeadlineTick, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
 from cellblock.server.runs._snapshot_in import SnapshotIn
-from cellblock.server.runs._start import start_message
+from cellblock.server.runs._start import start_message_off_loop
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.telemetry import LegTrace
 from cellblock.server.workers import CpuPool, cpu_pool
@@ -150,7 +150,7 @@ class Leg(LegEnding):
                 self._bridge, self._cell = fresh
             if self._kept is None and self.scope_cells is not None:
                 self._kept = self.scope_cells.begin(scope, self._cell, self._bridge, run.limits.memory_limit_bytes, self._exited)
-            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=reused)
+            self._log.debug("cell.started", runtime_id=self._cell.runtime_id, reused=reused, warm=warm is not None)
             self.trace.started(self._cell.runtime_id)
             outcome = self._outcome = await self._attach_and_drive(loop)
             outcome.cell_id = cell_id
@@ -183,7 +183,7 @@ class Leg(LegEnding):
         run.engine_build_id = self._bridge.engine_build_id
         # Guest messages go onto the leg's event queue as the bridge reads them.
         self._bridge.deliver_to(self._deliver_guest)
-        self._send_start(loop, snapshot)
+        await self._send_start(loop, snapshot)
         self._started = True
         # Deliver what settled while the run was suspended, in completion order.
         for p in sorted((p for p in run.pending.values() if p.result is not None), key=lambda p: p.settled_at):
@@ -194,7 +194,7 @@ class Leg(LegEnding):
                 self.arm_timer(p)
         return await self._settle_loop(loop)
 
-    def _send_start(self, loop: asyncio.AbstractEventLoop, snapshot: bytes | None) -> None:
+    async def _send_start(self, loop: asyncio.AbstractEventLoop, snapshot: bytes | None) -> None:
         assert self._bridge is not None
         run = self.run_
         remaining_ms = max(1, int((self.deadline - loop.time()) * 1000))
@@ -216,7 +216,7 @@ class Leg(LegEnding):
             idle_unneeded=not run.restart_safe,
         )
         # The catalog's megabytes were serialized once per catalog version, off the loop.
-        self._bridge.send(start_message(run.view.start_catalog_part(), start))
+        self._bridge.send(await start_message_off_loop(run.view.start_catalog_part(), start))
         if snapshot is not None:
             self.trace.restoring(len(snapshot))
             for i in range(0, len(snapshot), _CHUNK):
@@ -224,17 +224,24 @@ class Leg(LegEnding):
 
     # ---------------------------------------------------------- settle loop
     async def _settle_loop(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
-        run = self.run_
+        # Woken at the deadline and the kill time by two timers armed once, not a timeout per event.
         kill_at = self.deadline + WATCHDOG_GRACE_MS / 1000
+        ticks = [loop.call_at(when, self.ports.events.put_nowait, DeadlineTick()) for when in (self.deadline, kill_at)]
+        try:
+            return await self._settle_events(loop, kill_at)
+        finally:
+            for tick in ticks:
+                tick.cancel()
+
+    async def _settle_events(self, loop: asyncio.AbstractEventLoop, kill_at: float) -> LegOutcome:
+        run = self.run_
+        events = self.ports.events
         while True:
-            now = loop.time()
-            if now >= self.deadline and not self._suspend_sent and run.pending:
+            if loop.time() >= self.deadline and not self._suspend_sent and run.pending:
                 # Waiting for host work at the deadline is not a timeout: park.
                 self._suspend()
-            timeout = (self.deadline - now) if now < self.deadline else (kill_at - now)
-            try:
-                event = await self._next_event(timeout)
-            except TimeoutError:
+            event = events.get_nowait() if not events.empty() else await events.get()  # no task per event
+            if isinstance(event, DeadlineTick):
                 if loop.time() >= kill_at:
                     assert self._cell is not None
                     await self._cell.kill()
@@ -257,14 +264,6 @@ class Leg(LegEnding):
                     outcome = self.on_runtime_event(event, loop.time())
             if outcome is not None:
                 return outcome
-
-    async def _next_event(self, timeout: float) -> Any:
-        """The next leg event (one queued at once; no ``wait_for`` task per event); ``TimeoutError`` after ``timeout`` s."""
-        events = self.ports.events
-        if not events.empty():
-            return events.get_nowait()
-        async with asyncio.timeout(max(0.0, timeout)):
-            return await events.get()
 
     def _on_guest(self, message: bpb.AttachRequest | None) -> Awaitable[LegOutcome | None] | None:
         self.trace.guest_spoke()

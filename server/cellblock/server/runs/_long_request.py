@@ -11,6 +11,8 @@ its budget, or gone, rejects the request with [B25] (input provenance).
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,8 +20,9 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
+from cellblock.server.catalog import CatalogEntry
 from cellblock.server.limits import INLINE_JSON_CHARS, LARGE_JSON_BUDGET_MS, WATCHDOG_GRACE_MS
-from cellblock.server.runs._large_json import JsonText, args_in_worker, input_check_in_worker, portable
+from cellblock.server.runs._large_json import InputCheck, JsonText, args_checked_in_worker, args_in_worker, input_check_in_worker, portable
 from cellblock.server.runs._policy import Next, admit_request, count, process_request, refuse_over_host_limits, reject
 from cellblock.server.runs._protocol import BridgeMethod, ProtocolViolation, Provenance
 from cellblock.server.runs._state import PendingRequest, Run
@@ -32,6 +35,29 @@ __all__ = ["LONG_REQUEST_BOUND_S", "LongAdmission", "admit_long_request", "is_lo
 LONG_REQUEST_BOUND_S = 2 * (LARGE_JSON_BUDGET_MS / 1000.0 + 0.5)
 
 _INPUT_AT = {BridgeMethod.CALL.value: 1, BridgeMethod.CALL_VALUE.value: 1, BridgeMethod.NAMESPACE.value: 2}
+
+
+_DECODER = json.JSONDecoder()
+_LEADING_STRING = re.compile(r'[ \t\n\r]*\[[ \t\n\r]*"')
+
+
+def _named_entry(run: Run, req: bpb.GuestRequest) -> CatalogEntry | None:
+    """The entry a ``call``/``callValue`` names by its exact id (the first argument), if it has an input contract.
+
+    Reads only the leading JSON string (the C scanner, from its opening quote), never the rest: the worker
+    then checks the input against this entry in the same call that reads it (``args_checked_in_worker``).
+    """
+    if req.method not in (BridgeMethod.CALL.value, BridgeMethod.CALL_VALUE.value):
+        return None
+    found = _LEADING_STRING.match(req.args_json)
+    if found is None:
+        return None
+    try:
+        tool_id, _end = _DECODER.raw_decode(req.args_json, found.end() - 1)
+    except ValueError:
+        return None
+    entry = run.view.entry(tool_id) if isinstance(tool_id, str) else None
+    return entry if entry is not None and entry.input_validator is not None else None
 
 
 def is_long_request(req: bpb.GuestRequest) -> bool:
@@ -84,8 +110,13 @@ async def admit_long_request(
         # a short request would still be admitted and held for the next wait.
         return min(LARGE_JSON_BUDGET_MS / 1000.0, max(deadline - clock(), WATCHDOG_GRACE_MS / 1000.0))
 
+    named = _named_entry(run, req)
+    checked: InputCheck | None = None
     try:
-        parsed = await cpu.run(args_in_worker, req.args_json, _INPUT_AT[req.method], budget_s=budget_s(), size=len(req.args_json), tenant=tenant)
+        if named is None:
+            parsed = await cpu.run(args_in_worker, req.args_json, _INPUT_AT[req.method], budget_s=budget_s(), size=len(req.args_json), tenant=tenant)
+        else:  # the input's contract is checked on the value the worker reads, not read again later
+            parsed, checked = await cpu.run(args_checked_in_worker, req.args_json, _INPUT_AT[req.method], portable(named), budget_s=budget_s(), size=len(req.args_json), tenant=tenant)
     except (WorkBudgetExceeded, WorkerFailed):
         parsed = None
     p = admit_request(run, req, leg_log, refusals, parsed=parsed or ([], False))
@@ -101,7 +132,10 @@ async def admit_long_request(
     call = p.call
     if step is Next.NESTED and call is not None and call.input_unchecked and isinstance(call.input, JsonText):
         try:
-            problem = await cpu.run(input_check_in_worker, portable(call.entry), call.input.text, budget_s=budget_s(), size=len(call.input.text), tenant=tenant)
+            if checked is not None and checked[0] == call.entry.id:
+                problem = checked[1]
+            else:
+                problem = await cpu.run(input_check_in_worker, portable(call.entry), call.input.text, budget_s=budget_s(), size=len(call.input.text), tenant=tenant)
         except (WorkBudgetExceeded, WorkerFailed):
             problem = (msg.b25(req.method, len(req.args_json), LARGE_JSON_BUDGET_MS), "input", None)
         if problem is not None:

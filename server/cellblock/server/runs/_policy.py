@@ -31,7 +31,7 @@ log = structlog.get_logger("cellblock.leg")
 _BRIDGE_ID = re.compile(r"^bridge:([A-Za-z]+):([1-9][0-9]{0,15})$")
 _METHODS = frozenset(m.value for m in BridgeMethod)
 #: Refusals the controller made for the model's input (the rest are internal).
-_INPUT_REFUSALS = frozenset({bpb.GUEST_REFUSAL_TOO_LARGE, bpb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS})
+_INPUT_REFUSALS = frozenset({bpb.GUEST_REFUSAL_TOO_LARGE, bpb.GUEST_REFUSAL_NAMESPACE_ARGUMENTS, bpb.GUEST_REFUSAL_TOO_DEEP})
 
 
 class Next(Enum):

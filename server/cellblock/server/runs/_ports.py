@@ -59,8 +59,8 @@ class CatalogPort(Protocol):
     def to_state(self) -> dict[str, Any]:
         """The view and its catalog session as a JSON document for the run store (SPEC §10.7 item 2)."""
 
-    def state_bytes(self) -> bytes:
-        """:meth:`to_state` as UTF-8 JSON (written off the loop once per catalog version when it can be)."""
+    def state_parts(self) -> list[bytes | memoryview]:
+        """:meth:`to_state` as UTF-8 JSON, in parts to concatenate (written off the loop once per catalog version when it can be)."""
 
     def entry(self, entry_id: str) -> CatalogEntry | None:
         """The view's entry with this exact id (a stored run's resolved calls name it)."""

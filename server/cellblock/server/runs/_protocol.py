@@ -272,10 +272,15 @@ class CellExited:
     code: int
 
 
+@dataclass(frozen=True)
+class DeadlineTick:
+    """The leg's deadline or its watchdog's kill time came (the settle loop's two timers, armed once per loop)."""
+
+
 #: What the runtime side (the API) puts on a leg's queue.
 RuntimeEvent: TypeAlias = ToolOutcome | Cancelled | HostedSettled
 #: Everything the settle loop dispatches.
-LegEvent: TypeAlias = RuntimeEvent | TimerDue | SlotReserved | GuestMessage | CellExited
+LegEvent: TypeAlias = RuntimeEvent | TimerDue | SlotReserved | GuestMessage | CellExited | DeadlineTick
 
 
 # ------------------------------------------------------------------ outcomes and claims

@@ -21,9 +21,10 @@ import structlog
 
 from cellblock.server import messages as msg
 from cellblock.server.limits import SUSPENDED_RUN_CAP
-from cellblock.server.runs._codec import RunDecodeError, ViewRestorer, decode_run, encode_run, split_document
+from cellblock.server.runs._codec import RunDecodeError, ViewRestorer, decode_run, encode_run, encode_run_parts, split_document
 from cellblock.server.runs._policy import reject
 from cellblock.server.runs._protocol import ClaimBusy, ClaimCancelled, Claimed, ClaimForeign, ClaimResult, ClaimUnknown, Provenance
+from cellblock.server.runs._start import join_bytes
 from cellblock.server.runs._state import PendingRequest, Run
 from cellblock.server.store import DEFAULT_LEASE_SECONDS, Claim, MemoryRunStore, Park, RunRecord, RunStore
 from cellblock.server.telemetry import end_open_tool_calls, end_tool_call
@@ -152,7 +153,8 @@ class RunRegistry:
             False when this process no longer holds the run (its lease was taken
             over, or it was cancelled): nothing was stored.
         """
-        park = Park(run.run_id, run.session_id, run.agent_run_id, run.created_at, encode_run(run), snapshot, run.engine_build_id, run.limits.snapshot_ttl_seconds)
+        # A document of tens of MB (a large catalog view) is concatenated in a thread (runs.join_bytes).
+        park = Park(run.run_id, run.session_id, run.agent_run_id, run.created_at, await join_bytes(encode_run_parts(run)), snapshot, run.engine_build_id, run.limits.snapshot_ttl_seconds)
         expires = await self.store.park(park, self._token(run))
         self.active.pop(run.run_id, None)
         self._leases.pop(run.run_id, None)
