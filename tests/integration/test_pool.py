@@ -95,3 +95,22 @@ async def test_a_cell_is_removed_right_after_the_reply(client: CellblockClient, 
     await executor.reaper.drain()
     assert name not in executor.list_cell_containers()
     assert result.metadata.cell_id not in executor.reaper.retiring
+
+
+async def test_a_warm_cell_has_a_legs_cpu_weight_once_ready_and_is_still_vouched_for(service: Service) -> None:
+    """A pooled cell starts at CPU weight 2 and is given 1024 before any leg can take it; that update costs no engine call at the take."""
+    import docker
+
+    from cellblock.server.cells._docker import DockerCell
+
+    await _pool_ready(service)
+    assert service.pool is not None
+    engine = docker.from_env()
+    try:
+        for warm in list(service.pool._ready):
+            assert isinstance(warm.cell, DockerCell)
+            info = engine.api.inspect_container(warm.cell.runtime_id)
+            assert info["HostConfig"]["CpuShares"] == 1024, "a ready cell runs at a leg's weight"
+            assert service.executor.events.vouches_for(warm.cell.cell_id, warm.cell._events_generation), "the weight's update event is benign"
+    finally:
+        engine.close()

@@ -130,3 +130,16 @@ def test_the_cell_pod_validates_strictly_against_the_pod_schema(tls: bool) -> No
     config = KubernetesExecutorConfig(runtime_class="runsc", cell_tls_secret="cell-tls" if tls else None, owner=Owner("r", "cellblock-cells", "u"))
     pod = pod_manifest(config, CellSpec(**SPEC_ARGS), bridge_address="10.0.0.7:50052", instance_id="i")
     kubernetes_validate.validate(pod, "1.32.0", strict=True)
+
+
+def test_a_docker_cell_started_for_the_pool_starts_at_a_low_cpu_weight() -> None:
+    """A warm cell's start-up yields to the legs' cells (CPU weight, not quota); a leg's own cell keeps the engine's default."""
+    from cellblock.server.cells import CellSpec
+
+    ahead = CellSpec(**SPEC_ARGS, ahead=True)
+    assert container_options(DockerExecutorConfig(), ahead, "{}")["cpu_shares"] == 2
+    assert container_options(DockerExecutorConfig(ahead_cpu_shares=16), ahead, "{}")["cpu_shares"] == 16
+    assert "cpu_shares" not in container_options(DockerExecutorConfig(ahead_cpu_shares=0), ahead, "{}")
+    leg = container_options(DockerExecutorConfig(), CellSpec(**SPEC_ARGS), "{}")
+    assert "cpu_shares" not in leg
+    assert container_options(DockerExecutorConfig(), ahead, "{}")["nano_cpus"] == leg["nano_cpus"], "the quota is the same"

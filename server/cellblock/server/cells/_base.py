@@ -31,12 +31,16 @@ class CellSpec:
         cell_token: The one-time bridge token.
         memory_limit_bytes: The run's engine heap limit in bytes; the
             container's own memory limit is derived from it.
+        ahead: Started ahead of any leg (the warm pool): executors that can
+            start it at a low CPU weight, so that its start-up yields the CPU to
+            the cells serving legs, until :meth:`Cell.serve_ready` (DESIGN.md §2).
     """
 
     cell_id: str
     bridge_dir: str
     cell_token: str
     memory_limit_bytes: int
+    ahead: bool = False
 
 
 class Cell(abc.ABC):
@@ -64,6 +68,17 @@ class Cell(abc.ABC):
     async def alive(self) -> bool:
         """Whether the cell still runs and is not paused (checked before a pooled cell is used)."""
         return True
+
+    async def serve_ready(self) -> None:
+        """Gives a cell started ahead of its leg (:attr:`CellSpec.ahead`) the CPU weight of a leg's cell.
+
+        Called by the warm pool once the cell attached, before any leg can take it.
+        Executors that start every cell at the same weight do nothing.
+
+        Raises:
+            CellStartError: The weight could not be changed (the pool then drops the cell).
+        """
+        return None
 
     @abc.abstractmethod
     async def remove(self) -> None:

@@ -25,6 +25,8 @@ from cellblock.server.cells._engine_events import EngineEvents
 from cellblock.server.cells._lockdown import BRIDGE_SOCKET_ENV, CELL_TOKEN_ENV, DEFAULT_LOCKDOWN, MEMORY_LIMIT_ENV, Lockdown
 from cellblock.server.limits import CELL_STATE_CHECK_S
 
+#: The engine's CPU weight of a cell serving a leg (``cpu_shares``: Docker's default, 1024).
+LEG_CPU_SHARES = 1024
 #: Threads for Docker API calls, and for cells' exit waiters (one per live cell).
 API_THREADS = 8
 WAIT_THREADS = 256
@@ -56,6 +58,10 @@ class DockerExecutorConfig:
         test_mounts: Tests only: read-only mounts for that command's code.
         test_writable_mounts: Tests only: writable mounts where that command records
             what it saw (the bridge fuzzer's answers).
+        ahead_cpu_shares: The CPU weight (``cpu_shares``) a cell started ahead of its
+            leg (the warm pool) starts with, until it is ready and gets
+            :data:`LEG_CPU_SHARES`; 0 starts it at that weight. The weight only orders
+            cells competing for the CPU: the quota (``cpu_millis``) is the same.
     """
 
     image: str = "cellblock-cell:dev"
@@ -69,6 +75,7 @@ class DockerExecutorConfig:
     test_mounts: dict[str, str] = field(default_factory=dict)
     #: Test only: host directory → container path, mounted writable (what the hostile guest saw).
     test_writable_mounts: dict[str, str] = field(default_factory=dict)
+    ahead_cpu_shares: int = 2
 
     @property
     def seccomp_profile(self) -> Path:
@@ -131,6 +138,10 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
     }
     if config.runtime:
         options["runtime"] = config.runtime
+    if spec.ahead and config.ahead_cpu_shares:
+        # A warm cell's start-up (about 150 ms of CPU in the agent) yields to the cells
+        # serving legs; it gets their weight once ready, before any leg can take it.
+        options["cpu_shares"] = config.ahead_cpu_shares
     if config.test_guest_command:
         options["entrypoint"] = list(config.test_guest_command)
     for host_path, container_path in config.test_mounts.items():
@@ -143,12 +154,14 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
 class DockerCell(Cell):
     """A cell container."""
 
-    def __init__(self, executor: DockerExecutor, container: Any, cell_id: str, events_generation: int = -1) -> None:
+    def __init__(self, executor: DockerExecutor, container: Any, cell_id: str, events_generation: int = -1, *, low_weight: bool = False) -> None:
         self._executor = executor
         self._container = container
         self.cell_id = cell_id
         self.runtime_id = container.id[:12]
         self._removed = False
+        #: Started at ``ahead_cpu_shares`` (a warm cell) and not yet given a leg's weight.
+        self._low_weight = low_weight
         #: The engine event stream's generation when the cell was created (-1: not followed then).
         self._events_generation = events_generation
 
@@ -194,6 +207,15 @@ class DockerCell(Cell):
             return bool(await asyncio.wait_for(self._executor.run_blocking(state), timeout=CELL_STATE_CHECK_S))
         except (TimeoutError, docker.errors.APIError):
             return False
+
+    async def serve_ready(self) -> None:
+        if not self._low_weight:
+            return
+        try:
+            await asyncio.wait_for(self._executor.run_blocking(lambda: self._container.update(cpu_shares=LEG_CPU_SHARES)), timeout=CELL_STATE_CHECK_S)
+        except (TimeoutError, docker.errors.APIError) as exc:
+            raise CellStartError(f"the Docker engine could not give the warm cell its CPU weight ({_short(exc)})") from None
+        self._low_weight = False
 
     async def remove(self) -> None:
         if self._removed:
@@ -308,7 +330,7 @@ class DockerExecutor(Executor):
         except Exception as exc:  # noqa: BLE001 - engine unreachable or refused
             self.events.forget(spec.cell_id)
             raise CellStartError(f"the Docker engine could not create the cell ({_short(exc)})") from None
-        cell = DockerCell(self, container, spec.cell_id, generation)
+        cell = DockerCell(self, container, spec.cell_id, generation, low_weight="cpu_shares" in options)
         try:
             container.start()
         except Exception as exc:  # noqa: BLE001

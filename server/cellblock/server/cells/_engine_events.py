@@ -4,7 +4,7 @@ A pooled or kept cell must still run, unpaused, when a leg takes it. Asking the
 engine (``docker inspect``) costs a round trip to the engine on every pool hit;
 instead the executor follows the engine's event stream, filtered to its own
 cells (``io.cellblock.instance``), from one thread. A cell the stream reported
-nothing about since before it was created (only ``create`` and ``start``) still
+nothing about since before it was created (only ``create``, ``start`` and ``update``) still
 runs as the engine left it. Any other event about it (``pause``, ``kill`` with
 any signal, ``die``, ``oom``, ``stop``, ``exec_*``, ``update``, ...) takes it out
 of the set of cells the stream vouches for, for good.
@@ -28,8 +28,9 @@ import structlog
 
 log = structlog.get_logger("cellblock.docker.events")
 
-#: The only events that leave a cell as it was created: the engine made it and started it.
-BENIGN_ACTIONS = frozenset({"create", "start"})
+#: The only events that leave a cell running as it was created: the engine made it and started it,
+#: and changed its resource settings (a warm cell's CPU weight once it is ready, :meth:`Cell.serve_ready`).
+BENIGN_ACTIONS = frozenset({"create", "start", "update"})
 #: Seconds between attempts to subscribe again after the stream broke.
 RESUBSCRIBE_S = 1.0
 

@@ -5,8 +5,10 @@ Starting a container and its guest agent takes most of a leg's fixed cost
 (same image, same lockdown, its own socket and one-time token) whose agent has
 authenticated and waits for its ``start`` message. A leg takes one, uses it
 once and destroys it, exactly like a fresh cell, so no cell ever sees two
-runs. The pool refills in the background; when it is empty a leg starts a
-fresh cell as before (the pool never changes isolation, only latency).
+runs. The pool refills in the background, a moment after a leg took a cell
+(:data:`REFILL_DEFER_S`), with cells that start at a low CPU weight
+(:attr:`CellSpec.ahead`); when it is empty a leg starts a fresh cell as before
+(the pool never changes isolation, only latency).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ RATE_WINDOW_S = 10.0
 #: Most cells the pool starts at once: it grows step by step, so a burst
 #: never doubles the engine's container churn on top of the legs' own starts.
 MAX_STARTING = 2
+#: Seconds a refill waits after a leg took a cell: a cell's start (engine work,
+#: the bridge server, then the agent's start-up) would compete for the CPU with
+#: the leg just begun and the next one (a wait sent right after its exec). Counted
+#: from the first take, never extended; a leg that finds the pool empty (a miss,
+#: it starts its own cell) refills at once.
+REFILL_DEFER_S = 0.2
 
 
 async def still_serves(cell: Cell, bridge: CellBridge) -> bool:
@@ -101,6 +109,10 @@ class WarmPool:
         self.size = size
         self.max_size = max(size, max_size if max_size is not None else size)
         self._acquired_at: collections.deque[float] = collections.deque()
+        #: Seconds a take defers the refill (:data:`REFILL_DEFER_S`; 0: none).
+        self.refill_defer_s = REFILL_DEFER_S
+        #: Refills wait until then while a cell is still ready.
+        self._defer_until = 0.0
         #: Smoothed seconds from container start to attach (the refill time).
         self.start_s = 2.0
         self.memory_limit_bytes = memory_limit_bytes
@@ -132,10 +144,13 @@ class WarmPool:
             if now - warm.ready_at < MAX_IDLE_S and not warm.bridge.inbox.qsize():
                 self._owned.discard(warm.cell.cell_id)
                 self.hits += 1
+                # Deferred from the first take on, never extended: a run of takes waits refill_defer_s at most.
+                self._defer_until = self._defer_until if self._defer_until > now else now + self.refill_defer_s
                 self._wake.set()
                 return warm
             asyncio.ensure_future(self._drop(warm))
         self.misses += 1
+        self._defer_until = 0.0
         self._wake.set()
         return None
 
@@ -206,6 +221,13 @@ class WarmPool:
                     self._ready.remove(warm)
                     retired.append(warm)
             await asyncio.gather(*(self._drop(w) for w in retired), return_exceptions=True)
+            deferred = self._defer_until - time.monotonic()
+            if deferred > 0:
+                # A leg just took a cell: start none yet (a leg that finds the pool empty wakes this).
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=deferred)
+                continue
             missing = min(self.target_size() - len(self._ready) - self._starting, MAX_STARTING - self._starting)
             for _ in range(max(0, missing)):
                 self._starting += 1
@@ -221,7 +243,7 @@ class WarmPool:
         began = time.monotonic()
         try:
             bridge = await self._executor.open_bridge(self._socket_base, pooled_bridge_message_bytes(self.memory_limit_bytes), ping=True)
-            spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=self.memory_limit_bytes)
+            spec = CellSpec(cell_id="cell_" + secrets.token_hex(8), bridge_dir=bridge.directory, cell_token=bridge.token, memory_limit_bytes=self.memory_limit_bytes, ahead=True)
             self._owned.add(spec.cell_id)
             try:
                 cell = await self._executor.start(spec)
@@ -231,6 +253,8 @@ class WarmPool:
                 raise
             warm = WarmCell(bridge, cell, self.memory_limit_bytes, exited=exit_waiter(cell))
             await asyncio.wait_for(bridge.attached.wait(), timeout=ATTACH_TIMEOUT_S)
+            # Started at a low CPU weight (its start-up yields to the legs' cells); a leg's from now on.
+            await cell.serve_ready()
             warm.ready_at = time.monotonic()
             self.start_s = 0.7 * self.start_s + 0.3 * (warm.ready_at - began)
             if self._closed:

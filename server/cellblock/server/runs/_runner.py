@@ -230,16 +230,29 @@ class Runner:
             The finished leg: the run's result, ``waiting`` again, or a refusal of the wait.
         """
         claimed = await self._claim(arguments_json, session_id, agent_run_id, telemetry)
-        if isinstance(claimed, LegReport):
-            return claimed
-        run, snapshot = claimed
-        async with self.registry.holding(run, _abort_on_loss(ports)):
-            try:
-                if on_claim is not None:
-                    on_claim(run)
-                return await self._resume(run, snapshot, ports, telemetry)
-            except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
-                return await self._fault(run, exc, telemetry)
+        # The wait's sweep (SPEC §10.7 item 5) runs behind its claim, beside the leg: the
+        # claim itself refuses its run when expired, and a wait takes no new slot.
+        sweeping = asyncio.ensure_future(self._sweep_quietly())
+        try:
+            if isinstance(claimed, LegReport):
+                return claimed
+            run, snapshot = claimed
+            async with self.registry.holding(run, _abort_on_loss(ports)):
+                try:
+                    if on_claim is not None:
+                        on_claim(run)
+                    return await self._resume(run, snapshot, ports, telemetry)
+                except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
+                    return await self._fault(run, exc, telemetry)
+        finally:
+            await sweeping
+
+    async def _sweep_quietly(self) -> None:
+        """Sweeps expired runs; a failure is logged, never the wait's (its claim already reached the store)."""
+        try:
+            await self.registry.sweep()
+        except Exception as exc:  # noqa: BLE001 - the next exec, wait or periodic sweep tries again
+            log.warning("run.sweep_failed", error_class=exc.__class__.__name__, error=str(exc)[:200])
 
     async def _resume(self, run: Run, snapshot: bytes | None, ports: LegPorts, telemetry: Telemetry) -> LegReport:
         """The wait flow once the run is claimed (SPEC §10.6 items 2-7)."""
@@ -274,7 +287,6 @@ class Runner:
         run_id = validate_wait(arguments_json)
         if isinstance(run_id, InputFailure):
             return self._input_failure(run_id.message, False, telemetry())
-        await self.registry.sweep()
         try:
             claimed = await self.registry.claim(run_id, session_id, agent_run_id)
         except RunDecodeError as exc:
