@@ -101,12 +101,16 @@ class _Cellblock:
         r = await self.client.wait(self.scope, tool_call_id="w", run_id=run_id)
         assert r.status == "completed" and r.value == 2001, r.raw_json
 
-    async def pool_ready(self, cells: int = 1) -> None:
-        """Waits (at most 10 s) until the pool holds ``cells`` ready cells."""
+    async def pool_ready(self, cells: int | None = None) -> None:
+        """Waits (at most 10 s) until the pool holds ``cells`` ready cells (None: its whole target).
+
+        The pool-hit rows wait for the whole target, so no sample starts while a
+        refill's container starts beside it (a pool of 2 with 1 ready would be).
+        """
         pool = self.service.pool
         assert pool is not None
         for _ in range(400):
-            if pool.ready_count >= cells:
+            if pool.ready_count >= (pool.target_size() if cells is None else cells):
                 return
             await asyncio.sleep(0.025)
 
