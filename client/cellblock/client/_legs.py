@@ -332,10 +332,14 @@ def _json_text(value: Any) -> str:
     r"""Compact JSON for a proto string field: UTF-8 text, lone surrogates as ``\uXXXX``.
 
     Raises:
-        ValueError: NaN or infinities (not JSON).
+        ValueError: NaN or infinities (not JSON), or a value nested too deeply for
+            Python's JSON encoder (its recursion limit, about 1000 levels).
         TypeError: A value that is not JSON-serialisable.
     """
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise ValueError("the value nests too deeply to encode as JSON (the service reads at most 256 levels)") from None
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

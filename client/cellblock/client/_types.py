@@ -196,10 +196,8 @@ class Tool:
             name=self.name,
             label=self.label,
             description=self.description,
-            parameters_json=json.dumps(self.parameters, separators=(",", ":")) if self.parameters is not None else "",
-            output_schema_json=(
-                json.dumps(self.output_schema, separators=(",", ":")) if self.output_schema is not None else ""
-            ),
+            parameters_json=_schema_text(self.name, "parameters", self.parameters),
+            output_schema_json=_schema_text(self.name, "output_schema", self.output_schema),
             replay_safe=self.replay_safe,
             side_effecting=self.side_effecting,
             direct_only=self.direct_only,
@@ -384,3 +382,19 @@ def _tools_to_proto(tools: Sequence[Tool | Mapping[str, Any]]) -> list[catalog_s
         except ValueError as exc:
             raise ValueError(f"tools[{index}]: {exc}") from None
     return out
+
+
+def _schema_text(tool: str, field: str, schema: Any) -> str:
+    """A tool's schema as compact JSON text ("" for none).
+
+    Raises:
+        ValueError: The schema nests too deeply for Python's JSON encoder (its
+            recursion limit, about 1000 levels; the service refuses more than 128).
+        TypeError: A value that is not JSON-serialisable.
+    """
+    if schema is None:
+        return ""
+    try:
+        return json.dumps(schema, separators=(",", ":"))
+    except RecursionError:
+        raise ValueError(f"tool {tool!r}: {field} nests too deeply to encode as JSON (the service accepts at most 128 levels)") from None

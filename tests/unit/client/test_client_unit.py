@@ -355,3 +355,16 @@ async def test_exec_argument_validation(client: CellblockClient) -> None:
         await client.exec(SCOPE, tool_call_id="c", code="x", arguments={"code": "x"})
     with pytest.raises(ValueError, match="exactly one"):
         await client.exec(SCOPE, tool_call_id="c")
+
+
+async def test_values_too_deep_to_encode_raise_value_error_not_recursion_error(client: CellblockClient) -> None:
+    # 100,000 levels: past Python's JSON encoder's recursion limit (found by a fresh user's review).
+    deep: Any = {}
+    for _ in range(100_000):
+        deep = {"a": deep}
+    with pytest.raises(ValueError, match=r"tool 'deep': parameters nests too deeply"):
+        await client.put_catalog(SCOPE, [cellblock.client.Tool(source="host", owner="core", name="deep", parameters=deep)])
+    with pytest.raises(ValueError, match=r"tool 'deep': output_schema nests too deeply"):
+        await client.put_catalog(SCOPE, [cellblock.client.Tool(source="host", owner="core", name="deep", output_schema=deep)])
+    with pytest.raises(ValueError, match="the value nests too deeply"):
+        await client.exec(SCOPE, tool_call_id="call_1", arguments={"code": "echo", "x": deep})
