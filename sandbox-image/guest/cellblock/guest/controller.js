@@ -236,6 +236,8 @@
   const DEPTH_TEXT = "nested deeper than " + MAX_VALUE_DEPTH + " levels";
   const TOO_DEEP = freeze(create(null)); // jsonSafe's answer for a value nested deeper
   function DepthExceeded() {}
+  const TOO_LARGE = freeze(create(null)); // jsonSafe's answer for a text over its byte bound
+  function SizeExceeded() {}
   // Whether arrays nest in `value` (an array) deeper than `max` levels, walked
   // iteratively. An array is walked again only when reached at a greater depth
   // (so a cycle ends at `max`, and each array is walked at most `max` times).
@@ -259,12 +261,23 @@
     return false;
   }
 
-  function boundedStringify(value) {
+  // `maxBytes` (optional): a text over that many UTF-8 bytes is TOO_LARGE.
+  // The replacer adds up the string values it meets (each at least its length
+  // plus two quotes in the text, a lower bound of the UTF-8 size) and stops
+  // the stringify as soon as that sum is over the bound, so a value the host
+  // would refuse is never written out, copied or sent (SPEC §9 rule 6).
+  function boundedStringify(value, maxBytes) {
     const holders = create(null);
     let top = -1;
     let root = null;
+    let chars = 0;
     function replacer(key, x) {
       if (root === null) root = this;
+      if (typeof x === "string") {
+        chars += x.length + 2;
+        if (chars > maxBytes) throw new SizeExceeded();
+        return x;
+      }
       if (typeof x !== "object" || x === null) return x;
       while (top >= 0 && holders[top] !== this) top--;
       // A holder off the path (never, by the algorithm) counts as too deep: fail closed.
@@ -277,18 +290,36 @@
     return jsonStringify(value, replacer);
   }
 
+  // Whether text is over maxBytes UTF-8 bytes: its length (UTF-16 units) is a
+  // lower bound of its UTF-8 size and three times it an upper bound, so the
+  // exact count runs only in between.
+  function overBytes(text, maxBytes) {
+    if (text.length > maxBytes) return true;
+    return text.length * 3 > maxBytes && utf8Length(text) > maxBytes;
+  }
+
   // The compact JSON text of the JSON-safe value, TOO_DEEP when it (or its
-  // toJSON result) nests deeper than MAX_VALUE_DEPTH, or undefined when nothing
-  // JSON-safe can be made. The text is kept (never parsed and serialised
-  // again), so only the value's own toJSON and getters run, once (twice when
-  // the first attempt threw and an object's String() fallback is checked).
-  function jsonSafe(value) {
+  // toJSON result) nests deeper than MAX_VALUE_DEPTH, TOO_LARGE when its text
+  // is over `maxBytes` UTF-8 bytes (optional; stopped as soon as that is
+  // known), or undefined when nothing JSON-safe can be made. The text is kept
+  // (never parsed and serialised again), so only the value's own toJSON and
+  // getters run, once (twice when the first attempt threw and an object's
+  // String() fallback is checked).
+  function jsonSafe(value, maxBytes) {
+    const bound = maxBytes === undefined ? 1 / 0 : maxBytes;
+    const text = jsonSafeText(value, bound);
+    if (typeof text === "string" && bound !== 1 / 0 && overBytes(text, bound)) return TOO_LARGE;
+    return text;
+  }
+
+  function jsonSafeText(value, maxBytes) {
     if (value === undefined) return "null";
     let text;
     try {
-      text = boundedStringify(value);
+      text = boundedStringify(value, maxBytes);
     } catch (e) {
       if (isInstance(e, DepthExceeded)) return TOO_DEEP;
+      if (isInstance(e, SizeExceeded)) return TOO_LARGE;
       rethrowEngineError(e);
       text = undefined;
     }
@@ -318,6 +349,13 @@
   function tooDeep(fnName) {
     return new TypeErrorCtor(fnName + " could not turn its argument into JSON: it is nested deeper than " + MAX_VALUE_DEPTH + " levels; send flatter data.");
   }
+
+  // The largest bridge message the host reads for this run (SPEC §2.3): the
+  // larger of the output budget and the reply inbox, plus one bridge chunk.
+  function bridgeMessageBytes() {
+    return (B > limits.replyInboxBytes ? B : limits.replyInboxBytes) + BRIDGE_CHUNK_BYTES;
+  }
+  const BRIDGE_CHUNK_BYTES = 1048576;
 
   // ---- Output budget, first layer (SPEC §9 rules 3-5, 11) -----------------
   const B = limits.maxOutputBytes;
@@ -413,7 +451,18 @@
     // Each argument crosses as its own JSON-safe value (SPEC §8.8 rule 4).
     const safeArgs = [];
     for (let i = 0; i < args.length; i++) {
-      const safe = jsonSafe(args[i]);
+      // An argument over the inbox alone is refused [B22] as soon as that is known.
+      const safe = jsonSafe(args[i], limits.replyInboxBytes);
+      if (safe === TOO_LARGE) {
+        const n = (counters[method] || 0) + 1;
+        counters[method] = n;
+        const id = "bridge:" + method + ":" + n;
+        const err = refuse("this " + method + " request is over " + limits.replyInboxBytes + " bytes, more than the bridge accepts (" + limits.replyInboxBytes + " bytes); send less data.");
+        call(weakSet, provenance, err, id);
+        hostSend(id, method, "", "too_large", n);
+        rejectFn(err);
+        return promise;
+      }
       if (safe === TOO_DEEP) {
         // [B23], recorded by the host with input provenance like its own.
         const n = (counters[method] || 0) + 1;
@@ -916,8 +965,14 @@
       if (state.phase === "fulfilled" && hostWork === 0) {
         // Serialised once, when the leg can end: the value's toJSON and
         // getters do not run again on every idle turn.
-        const safe = jsonSafe(state.value);
-        if (safe === TOO_DEEP) {
+        // Over the bridge message bound (SPEC §2.3) the host would refuse the
+        // end unread: refused here, before it is copied or sent (§9 rule 6).
+        const bound = bridgeMessageBytes();
+        const safe = jsonSafe(state.value, bound);
+        if (safe === TOO_LARGE) {
+          s.phase = "unserialisable";
+          s.reason = "its compact JSON is over " + bound + " bytes, more than the host reads from the cell, so return less data";
+        } else if (safe === TOO_DEEP) {
           s.phase = "unserialisable";
           s.reason = "nesting is deeper than " + MAX_VALUE_DEPTH + " levels";
         } else if (safe === undefined) {
