@@ -1,14 +1,16 @@
 """The host reads a cell's final value only up to the cell's bridge bound (issue 11 item 4, SPEC §2.3, §9 rule 6).
 
 Real service, real cells. A final value larger than the run's allowance
-is truncated from the text the cell sent, never parsed; one larger than the cell's bridge bound (the
-larger of the budget and the reply inbox, plus one chunk) is refused by the bridge's transport
-unread, and fails the run ``output_limit_exceeded`` [R15] naming the bound. A tool call's arguments
+is truncated from the text the cell sent, never parsed; one larger than the run's bridge bound (the
+larger of the budget and the reply inbox, plus one chunk) is refused by the cell's controller as
+soon as its size is known, and an end over the bound by its framing alone by the bridge's transport
+unread: both fail the run ``output_limit_exceeded`` [R15] naming the bound. A tool call's arguments
 up to the reply inbox still cross.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -28,14 +30,51 @@ async def echo(tool_input: Any, call: Any) -> Any:
     return {"details": len(tool_input.get("s", ""))}
 
 
-async def test_a_value_over_the_bridge_bound_is_refused_unread(client: CellblockClient, scope: Scope) -> None:
+def refused_in_cell(bound: int) -> str:
+    """The [R15] error of a final value the cell's controller refused over ``bound`` bytes (SPEC §9 rule 6)."""
+    return msg.r15(f"its compact JSON is over {bound} bytes, more than the host reads from the cell, so return less data")
+
+
+async def test_a_value_over_the_bridge_bound_is_refused_in_the_cell(client: CellblockClient, scope: Scope) -> None:
     await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
     limits = Limits(memory_limit_bytes=FRESH)
     assert limits.bridge_message_bytes == 11 * MIB  # max(64 KiB, min(256 MiB, 10 MiB)) + 1 MiB
     result = await client.exec(scope, tool_call_id="v-transport", code='return "x".repeat(20 * 1024 * 1024);', handlers={}, limits=LimitOverrides(memory_limit_bytes=FRESH))
     assert (result.status, result.code, result.failure_phase) == ("failed", "output_limit_exceeded", "host"), result.raw_json
-    assert result.error == msg.r15(msg.too_large_to_read(limits.bridge_message_bytes))
+    assert result.error == refused_in_cell(limits.bridge_message_bytes)
     assert (await client.list_runs(scope)).runs == []
+
+
+async def test_an_end_over_the_bound_by_its_framing_alone_is_refused_unread_by_the_host(client: CellblockClient, scope: Scope) -> None:
+    # A value of exactly the bound passes the controller; its end message (the value plus a few
+    # bytes of framing) is over it, so the host's transport refuses it unread: the second layer.
+    limits = Limits(memory_limit_bytes=FRESH)
+    code = f'return "x".repeat({limits.bridge_message_bytes - 2});'
+    result = await client.exec(scope, tool_call_id="v-frame", code=code, handlers={}, limits=LimitOverrides(memory_limit_bytes=FRESH))
+    assert (result.status, result.code) == ("failed", "output_limit_exceeded"), result.raw_json
+    assert result.error == msg.r15(msg.too_large_to_read(limits.bridge_message_bytes))
+
+
+@pytest.mark.parametrize("shape", ["s", "{rows: [1, {text: s}]}", "[s, s]"])
+async def test_a_60_mib_value_is_refused_within_the_default_budget(client: CellblockClient, scope: Scope, shape: str) -> None:
+    # The fixed bug: with 1 GiB and the largest budget, a 60 MiB string (alone or inside an object or
+    # array) was serialised, copied and sent for 18 s before the host refused it, so the default
+    # 10 s budget ended it `timeout` [R05]: the model was told its code was too slow.
+    big = LimitOverrides(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB)
+    bound = Limits(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB).bridge_message_bytes
+    started = time.monotonic()
+    code = f"const s = 'x'.repeat(60 * 1024 * 1024); return {shape};"
+    result = await client.exec(scope, tool_call_id=f"v-60-{len(shape)}", code=code, handlers={}, limits=big)
+    assert (result.status, result.code, result.error) == ("failed", "output_limit_exceeded", refused_in_cell(bound)), result.raw_json
+    assert time.monotonic() - started < 60  # a loose hang bound only: the outcome is the assertion
+
+
+async def test_a_value_just_under_the_bound_completes_truncated(client: CellblockClient, scope: Scope) -> None:
+    big = LimitOverrides(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB)
+    bound = Limits(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB).bridge_message_bytes
+    result = await client.exec(scope, tool_call_id="v-under", code=f"return 'x'.repeat({bound - 64});", handlers={}, limits=big)
+    assert result.status == "completed", result.raw_json[:300]
+    assert result.value["truncated"] is True and result.value["omittedBytes"] > 0, result.raw_json[:300]
 
 
 async def test_a_value_under_the_bridge_bound_is_truncated_from_its_text(client: CellblockClient, scope: Scope) -> None:
