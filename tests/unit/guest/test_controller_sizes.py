@@ -23,12 +23,12 @@ REASON = f"its compact JSON is over {BOUND} bytes, more than the host reads from
 @pytest.mark.parametrize(
     "source",
     [
-        "return 'x'.repeat(%d)" % (BOUND - 1),  # the fixed bug's shape: 'x'.repeat(60 MiB) ran 18 s into its refusal
-        "const s = 'x'.repeat(%d); return {a: [1, {b: s}]}" % BOUND,
-        "return ['y'.repeat(%d), 'z'.repeat(%d)]" % (BOUND // 2, BOUND // 2),
-        "return {toJSON() { return 'w'.repeat(%d); }}" % BOUND,
-        "return 'é'.repeat(%d)" % (BOUND // 2),  # fewer chars than the bound, more UTF-8 bytes
-        "return {['k'.repeat(%d)]: 1}" % BOUND,  # a key: found on the finished text
+        f"return 'x'.repeat({BOUND - 1})",  # the fixed bug's shape: 'x'.repeat(60 MiB) ran 18 s into its refusal
+        f"const s = 'x'.repeat({BOUND}); return {{a: [1, {{b: s}}]}}",
+        f"return ['y'.repeat({BOUND // 2}), 'z'.repeat({BOUND // 2})]",
+        f"return {{toJSON() {{ return 'w'.repeat({BOUND}); }}}}",
+        f"return 'é'.repeat({BOUND // 2})",  # fewer chars than the bound, more UTF-8 bytes
+        f"return {{['k'.repeat({BOUND})]: 1}}",  # a key: found on the finished text
     ],
 )
 def test_a_final_value_over_the_bridge_bound_is_refused_in_the_cell(source: str) -> None:
@@ -39,7 +39,7 @@ def test_a_final_value_over_the_bridge_bound_is_refused_in_the_cell(source: str)
 
 def test_the_stringify_stops_at_the_first_string_that_passes_the_bound() -> None:
     # The getter after the big member never runs: nothing past the bound is written.
-    source = "const s = 'x'.repeat(%d); return {a: s, get b() { text('reached'); return 1; }}" % BOUND
+    source = f"const s = 'x'.repeat({BOUND}); return {{a: s, get b() {{ text('reached'); return 1; }}}}"
     status, sent = run(source, deadline_s=20.0)
     assert status["phase"] == "unserialisable"
     assert [i for i in sent if i[0] == "output"] == []
@@ -47,7 +47,7 @@ def test_the_stringify_stops_at_the_first_string_that_passes_the_bound() -> None
 
 @pytest.mark.parametrize("extra", [0, 1])
 def test_a_final_value_at_the_bound_completes_and_one_byte_more_is_refused(extra: int) -> None:
-    status, _ = run("return 'x'.repeat(%d)" % (BOUND - 2 + extra), deadline_s=20.0)
+    status, _ = run(f"return 'x'.repeat({BOUND - 2 + extra})", deadline_s=20.0)
     if extra:
         assert status["reason"] == REASON
     else:
@@ -55,7 +55,7 @@ def test_a_final_value_at_the_bound_completes_and_one_byte_more_is_refused(extra
 
 
 def test_a_request_argument_over_the_inbox_is_refused_before_it_is_written() -> None:
-    source = "try { await tools.echo({v: 'x'.repeat(%d)}); } catch (e) { return e.message; }" % INBOX
+    source = f"try {{ await tools.echo({{v: 'x'.repeat({INBOX})}}); }} catch (e) {{ return e.message; }}"
     status, sent = run(source, deadline_s=20.0)
     assert json.loads(status["valueJson"]) == f"this callValue request is over {INBOX} bytes, more than the bridge accepts ({INBOX} bytes); send less data."
     assert [i[4] for i in sent if i[0] == "request"] == ["too_large"]
@@ -63,7 +63,7 @@ def test_a_request_argument_over_the_inbox_is_refused_before_it_is_written() -> 
 
 def test_a_request_just_over_the_inbox_with_its_array_keeps_its_exact_size() -> None:
     # The argument fits alone; the request's array ([...]) takes it over: measured exactly as before.
-    source = "try { await tools.echo('x'.repeat(%d)); } catch (e) { return e.message; }" % (INBOX - 2)
+    source = f"try {{ await tools.echo('x'.repeat({INBOX - 2})); }} catch (e) {{ return e.message; }}"
     status, _ = run(source, deadline_s=20.0)
     message = json.loads(status["valueJson"])
     assert message.startswith("this callValue request is ") and message.endswith(f"more than the bridge accepts ({INBOX} bytes); send less data.")
