@@ -46,6 +46,7 @@ async def test_a_value_over_the_bridge_bound_is_refused_in_the_cell(client: Cell
 
 
 async def test_an_end_over_the_bound_by_its_framing_alone_is_refused_unread_by_the_host(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
     # A value of exactly the bound passes the controller; its end message (the value plus a few
     # bytes of framing) is over it, so the host's transport refuses it unread: the second layer.
     limits = Limits(memory_limit_bytes=FRESH)
@@ -57,6 +58,7 @@ async def test_an_end_over_the_bound_by_its_framing_alone_is_refused_unread_by_t
 
 @pytest.mark.parametrize("shape", ["s", "{rows: [1, {text: s}]}", "[s, s]"])
 async def test_a_60_mib_value_is_refused_within_the_default_budget(client: CellblockClient, scope: Scope, shape: str) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
     # The fixed bug: with 1 GiB and the largest budget, a 60 MiB string (alone or inside an object or
     # array) was serialised, copied and sent for 18 s before the host refused it, so the default
     # 10 s budget ended it `timeout` [R05]: the model was told its code was too slow.
@@ -70,6 +72,7 @@ async def test_a_60_mib_value_is_refused_within_the_default_budget(client: Cellb
 
 
 async def test_a_value_just_under_the_bound_completes_truncated(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
     big = LimitOverrides(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB)
     bound = Limits(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB).bridge_message_bytes
     result = await client.exec(scope, tool_call_id="v-under", code=f"return 'x'.repeat({bound - 64});", handlers={}, limits=big)
