@@ -222,7 +222,8 @@ def test_guest_prototype_poisoning_cannot_forge_the_status() -> None:
 
 def test_out_of_memory_inside_json_is_not_turned_into_a_string() -> None:
     vm = CellVM(memory_limit_bytes=16 << 20, deadline=time.monotonic() + 5)
-    vm.install({"limits": LIMITS, "catalog": CATALOG, "bridgeCounters": {}, "nextTimerId": 1})
+    # An inbox larger than the heap, so the serialisation runs out of memory before it is over the inbox.
+    vm.install({"limits": dict(LIMITS, replyInboxBytes=64 << 20), "catalog": CATALOG, "bridgeCounters": {}, "nextTimerId": 1})
     try:
         vm.start("const big = {s: 'q'.repeat(6 * 1024 * 1024)}; await tools.echo(big); return 'sent'")
     except VMPoisonedError as exc:
