@@ -72,6 +72,17 @@ class RunCalls:
         self.undelivered.clear()
 
 
+def _refused_before_the_run(result: RunResult) -> bool:
+    """Whether a wait's result is a refusal of the wait itself, not an end of its run.
+
+    The service answers a wait it cannot serve (bad input, an unknown run, another
+    session's or agent run's run, a run another wait is resuming) with an
+    ``invalid_input`` result in the ``input`` phase, before any cell or bridge work
+    (SPEC §5.2: such a refusal changes nothing); every end of a run itself is in a later phase.
+    """
+    return result.status == "failed" and result.code == "invalid_input" and result.failure_phase == "input"
+
+
 class LegDriver:
     """Runs legs and keeps each run's handler tasks between them (one per client)."""
 
@@ -142,7 +153,7 @@ class LegDriver:
                     self._abandon(run, msg.tool_call_cancelled.nested_call_id)
                 elif kind == "result":
                     result = RunResult._from_proto(msg.result)
-                    self._end_leg(stream, run, result)
+                    self._end_leg(stream, run, result, refused_wait=run_id is not None and _refused_before_the_run(result))
                     return result
         except BaseException:
             self._abort_leg(stream, run)
@@ -169,7 +180,18 @@ class LegDriver:
             self._deliver(run, result)
         return run
 
-    def _end_leg(self, stream: LegStream[Any], run: RunCalls | None, result: RunResult) -> None:
+    def _end_leg(self, stream: LegStream[Any], run: RunCalls | None, result: RunResult, *, refused_wait: bool = False) -> None:
+        """Ends a leg on its Result: keeps, or cancels and drops, its run's handlers.
+
+        Args:
+            stream: The leg's stream.
+            run: The leg's run, if one was attached.
+            result: The leg's result.
+            refused_wait: The leg was a wait the service refused before it touched
+                the run (its input, or the run's owner or lease: [W01]-[W08]): the
+                run still waits, so its handlers keep running and every result this
+                stream carried goes out again on the next wait.
+        """
         stream.open = False
         self._spawn(stream.finish(_DRAIN_TIMEOUT_S))
         if run is None:
@@ -185,6 +207,12 @@ class LegDriver:
                 run.undelivered[:0] = run.sent_on_stream
             run.sent_on_stream = []
             if run.idle:
+                self.runs.pop(run.run_id, None)
+        elif refused_wait:
+            # The refused stream's results were never read into the run: resend them.
+            run.undelivered[:0] = run.sent_on_stream
+            run.sent_on_stream = []
+            if run.idle:  # e.g. a second wait on a finished run ([W03]): nothing to keep
                 self.runs.pop(run.run_id, None)
         else:
             run.abandon_all()
