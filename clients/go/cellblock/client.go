@@ -510,7 +510,7 @@ func (c *Client) runLeg(l *leg, waitRunID string, o LegOptions) (*RunResult, err
 			c.mu.Unlock()
 		case msg.GetResult() != nil:
 			result := resultOf(msg.GetResult())
-			c.endLeg(run, l, result)
+			c.endLeg(run, l, result, waitRunID != "" && refusedBeforeTheRun(result))
 			// Read the stream to its end (the service's status follows the Result), so that
 			// the service finishes the RPC itself, then release it.
 			go func() {
@@ -545,7 +545,24 @@ func (c *Client) attach(runID string, l *leg) *runCalls {
 	return run
 }
 
-func (c *Client) endLeg(run *runCalls, l *leg, result *RunResult) {
+// refusedBeforeTheRun tells whether a wait's result refuses the wait itself, not an end of
+// its run: the service answers a wait it cannot serve (bad input, an unknown run, another
+// scope's run, a run another wait resumes) with invalid_input in the input phase, before any
+// cell work (SPEC §5.2: such a refusal changes nothing).
+func refusedBeforeTheRun(result *RunResult) bool {
+	if result.Status != "failed" || result.Code != "invalid_input" {
+		return false
+	}
+	var body struct {
+		FailurePhase string `json:"failurePhase"`
+	}
+	return json.Unmarshal(result.Body, &body) == nil && body.FailurePhase == "input"
+}
+
+// endLeg ends a leg on its Result: keeps, or cancels and drops, its run's handlers. A wait
+// the service refused before it touched the run (refusedWait) keeps them, and what its leg
+// carried goes out on the next wait.
+func (c *Client) endLeg(run *runCalls, l *leg, result *RunResult, refusedWait bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if run == nil {
@@ -557,8 +574,8 @@ func (c *Client) endLeg(run *runCalls, l *leg, result *RunResult) {
 	if run.leg == l {
 		run.leg = nil
 	}
-	if result.Status == "waiting" {
-		// Results written just before the service parked may have missed the leg.
+	if result.Status == "waiting" || refusedWait {
+		// Results written just before the service parked (or to a refused wait) may have missed the run.
 		run.undelivered = append(append([]*pb.ToolResult{}, run.sentOnLeg...), run.undelivered...)
 		run.sentOnLeg = nil
 		if len(run.inFlight) == 0 && len(run.undelivered) == 0 {

@@ -495,7 +495,7 @@ export class CellblockClient {
           }
         } else if (m.case === "result") {
           const result = toRunResult(m.value);
-          this.endLeg(run ?? this.runs.get(result.runId) ?? null, send, result);
+          this.endLeg(run ?? this.runs.get(result.runId) ?? null, send, result, waitRunId !== null && refusedBeforeTheRun(result));
           requests.end();
           return result;
         }
@@ -529,11 +529,16 @@ export class CellblockClient {
     return run;
   }
 
-  private endLeg(run: RunCalls | null, send: (r: ToolResult) => boolean, result: RunResult): void {
+  /**
+   * Ends a leg on its Result: keeps, or aborts and drops, its run's handlers. A wait the
+   * service refused before it touched the run (`refusedWait`: SPEC §5.2, such a refusal
+   * changes nothing) keeps them, and what its leg carried goes out on the next wait.
+   */
+  private endLeg(run: RunCalls | null, send: (r: ToolResult) => boolean, result: RunResult, refusedWait: boolean): void {
     if (run === null) return;
     if (run.send === send) run.send = null;
-    if (result.status === "waiting") {
-      // Results written just before the service parked may have missed the leg.
+    if (result.status === "waiting" || refusedWait) {
+      // Results written just before the service parked (or to a refused wait) may have missed the run.
       run.undelivered = [...run.sentOnLeg, ...run.undelivered];
       run.sentOnLeg = [];
       if (run.inFlight.size === 0 && run.undelivered.length === 0) this.runs.delete(run.runId);
@@ -646,6 +651,15 @@ function toCallInfo(tc: ToolCall, signal: AbortSignal): ToolCallInfo {
     method: methods[tc.method] ?? "unspecified",
     signal,
   };
+}
+
+/**
+ * Whether a wait's result refuses the wait itself, not an end of its run: the service answers
+ * a wait it cannot serve (bad input, an unknown run, another scope's run, a run another wait
+ * resumes) with `invalid_input` in the `input` phase, before any cell work (SPEC §5.2).
+ */
+function refusedBeforeTheRun(result: RunResult): boolean {
+  return result.status === "failed" && result.code === "invalid_input" && result.body.failurePhase === "input";
 }
 
 function toRunResult(r: Result): RunResult {
