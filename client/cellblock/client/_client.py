@@ -91,7 +91,7 @@ class CellblockClient(CatalogCalls):
         target: str,
         *,
         timeout: timedelta | float | None = timedelta(seconds=10),
-        rpc_timeout: timedelta | None = timedelta(seconds=30),
+        rpc_timeout: timedelta | None = timedelta(seconds=60),
         rpc_metadata: Mapping[str, str] | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         channel_options: Sequence[tuple[str, Any]] = (),
@@ -102,7 +102,9 @@ class CellblockClient(CatalogCalls):
             target: gRPC target, e.g. ``"127.0.0.1:50051"`` or ``"unix:/run/cellblock.sock"``.
             timeout: How long to wait for the channel to become ready (a
                 `timedelta` or seconds); default 10 seconds. ``None`` skips the wait.
-            rpc_timeout: Deadline of each unary RPC; default 30 seconds.
+            rpc_timeout: Deadline of each unary RPC; default 60 seconds, past the
+                service's 30 s registration budget, so a refused registration's own
+                answer arrives before the deadline.
                 ``None`` means no deadline. Exec/Wait streams never get one.
             rpc_metadata: gRPC metadata (e.g. ``traceparent``) sent with every call.
             credentials: TLS channel credentials; ``None`` (default) for plaintext.

@@ -232,7 +232,7 @@ func Dial(ctx context.Context, target string, opts ...grpc.DialOption) (*Client,
 	}
 	return &Client{
 		conn: conn, Catalogs: pb.NewCatalogServiceClient(conn), CodeMode: pb.NewCodeModeServiceClient(conn),
-		Runs: pb.NewRunServiceClient(conn), RPCTimeout: 30 * time.Second, runs: map[string]*runCalls{},
+		Runs: pb.NewRunServiceClient(conn), RPCTimeout: 60 * time.Second, runs: map[string]*runCalls{},
 	}, nil
 }
 

@@ -319,7 +319,7 @@ export class CellblockClient {
    * opened lazily by the first call.
    */
   static connect(target: string, options: { rpcTimeoutMs?: number } = {}): CellblockClient {
-    return new CellblockClient(target, options.rpcTimeoutMs ?? 30_000);
+    return new CellblockClient(target, options.rpcTimeoutMs ?? 60_000);
   }
 
   private async unary<T>(call: (opts: { timeoutMs: number }) => Promise<T>): Promise<T> {

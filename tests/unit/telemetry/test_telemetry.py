@@ -8,10 +8,12 @@ only RPCs that need no cell are made (one aborted Exec stream included).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import tempfile
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Link, SpanKind, format_trace_id
 
-from cellblock.client import CellblockClient, NotFoundError, Scope, Tool
+from cellblock.client import CellblockClient, DeadlineExceededError, NotFoundError, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import ProcessExecutor
 from cellblock.server.config import Limits
@@ -120,6 +122,23 @@ async def test_one_canonical_line_per_rpc_with_ids_and_levels(plain_service: Ser
     text = json.dumps(logs, default=str)
     assert ENV_MARKER not in text and INPUT_MARKER not in text
     assert os.environ["CELLBLOCK_TEST_SECRET"] == ENV_MARKER
+
+
+@pytest.mark.asyncio(loop_scope="function")
+async def test_a_unary_rpc_the_caller_abandons_is_logged_cancelled_not_unknown(plain_service: Service) -> None:
+    # A registration slower than the caller's deadline (a fresh user's review: logged UNKNOWN at error level).
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string", "pattern": f"^x{i}[a-z]+$"} for i in range(40)}}
+    tools = [Tool(source="host", owner="core", name=f"t{i}", parameters=schema) for i in range(1500)]
+    with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
+        async with await CellblockClient.connect(plain_service.address, rpc_timeout=timedelta(milliseconds=150)) as client:
+            with pytest.raises(DeadlineExceededError):
+                await client.put_catalog(Scope(session_id="sess-slow", agent_run_id="a"), tools)
+        for _ in range(100):  # the handler sees the cancellation a moment later
+            if any(e["event"] == "rpc.completed" for e in logs):
+                break
+            await asyncio.sleep(0.05)
+    lines = [(e["rpc"], e["grpc_code"], e["log_level"]) for e in logs if e["event"] == "rpc.completed"]
+    assert lines == [("PutCatalog", "CANCELLED", "warning")], lines
 
 
 def _spans(tmp_path: Path) -> tuple[Path, str]:

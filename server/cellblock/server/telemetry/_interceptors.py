@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -101,6 +102,10 @@ class CanonicalLogInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             code = grpc.StatusCode.OK
             try:
                 return await behavior(request, context)
+            except asyncio.CancelledError:
+                # The caller went away (its deadline or a cancel): not a fault of the service.
+                code = grpc.StatusCode.CANCELLED
+                raise
             except BaseException:
                 code = _status_code(context)
                 if code == grpc.StatusCode.OK:
