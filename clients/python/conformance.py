@@ -48,7 +48,6 @@ from cellblock.client import (
 )
 from cellblock.v1 import code_mode_service_pb2, code_mode_service_pb2_grpc, common_pb2
 
-
 # wait_refused: waits until the run completes; a lost tool call answers `waiting` every time.
 WAIT_REFUSED_MAX_WAITS = 3
 
