@@ -48,6 +48,9 @@ from cellblock.client import (
 )
 from cellblock.v1 import code_mode_service_pb2, code_mode_service_pb2_grpc, common_pb2
 
+# wait_refused: waits until the run completes; a lost tool call answers `waiting` every time.
+WAIT_REFUSED_MAX_WAITS = 3
+
 
 async def main_job(s: Scenario) -> dict[str, Any]:
     """Catalog, tool surface, and a program calling host and client tools every way."""
@@ -212,6 +215,28 @@ async def admission(s: Scenario) -> dict[str, Any]:
     return {"refused": refused, "leg": leg(result), "calls": s.calls}
 
 
+async def wait_refused(s: Scenario) -> dict[str, Any]:
+    """A wait another session sends is refused ([W04]) and keeps the run's in-flight ``hold`` call (SPEC §5.2)."""
+    await s.register()
+    released = asyncio.Event()
+
+    async def hold(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+        await released.wait()
+        return {"details": {"answer": "released"}}
+
+    handlers = s.handlers(hold=hold)
+    first = await s.exec(handlers)
+    assert first.run_id, first.raw_json
+    other = Scope(session_id=s.scope.session_id + "-other", agent_run_id=s.scope.agent_run_id)
+    refused = await s.client.wait(other, tool_call_id=f"{s.exec_id}-other", run_id=first.run_id, handlers=handlers)
+    released.set()  # answers while no wait is open: the result waits in the client for the owner's wait
+    waits, final = 0, first
+    while final.status == "waiting" and waits < WAIT_REFUSED_MAX_WAITS:
+        waits += 1
+        final = await s.wait(first.run_id, handlers)
+    return {"first": leg(first), "refused": leg(refused), "final": leg(final), "waits": waits, "calls": s.calls}
+
+
 async def grpc_status(s: Scenario) -> dict[str, Any]:
     """Every status code of SPEC §3.1 item 2, and an argument problem that is a result, not an error."""
     blank = Scope(session_id=" ", agent_run_id="x")
@@ -262,6 +287,7 @@ SCENARIOS: dict[str, Callable[[Scenario], Awaitable[dict[str, Any]]]] = {
     "cancel_running": cancel_running,
     "cancel_suspended": cancel_suspended,
     "admission": admission,
+    "wait_refused": wait_refused,
     "grpc_status": grpc_status,
 }
 

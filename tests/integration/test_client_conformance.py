@@ -38,6 +38,7 @@ SPEC = ROOT / "clients" / "conformance" / "scenarios.json"
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
 CLIENTS = ("python", "typescript", "go")
 R07 = "execution aborted by the caller; the cell was stopped and this run cannot be resumed."
+W04 = "this run belongs to a different session; only the session that started it can wait on it."
 SCENARIO_TIMEOUT_S = 90
 
 # Expectations per scenario: (path into the observations, expected value). Every client must
@@ -160,6 +161,20 @@ EXPECTED: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
     "admission": [
         (("refused",), [{"code": "RESOURCE_EXHAUSTED", "message": "too many legs are running on this instance (limit 1); retry shortly"}]),
         (("leg", "result", "value"), {"released": True}),
+    ],
+    "wait_refused": [
+        # Another session's wait is refused before it touches the run (SPEC §5.2): the owner's
+        # in-flight `hold` call survives it, its late result goes out on the owner's next wait.
+        (("first", "status"), "waiting"),
+        (("first", "result", "reason"), "pending_tools"),
+        (("refused", "status"), "failed"),
+        (("refused", "code"), "invalid_input"),
+        (("refused", "result", "failurePhase"), "input"),
+        (("refused", "result", "error"), W04),
+        (("final", "status"), "completed"),
+        (("final", "result", "value"), "released!"),
+        (("waits",), 1),
+        (("calls", "*", "input"), [{"step": 1}]),
     ],
     "grpc_status": [
         (("putCatalogBlankScope", "code"), "INVALID_ARGUMENT"),

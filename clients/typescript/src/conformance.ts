@@ -202,6 +202,9 @@ async function statusOf(call: Promise<unknown>): Promise<{ code: string; message
 
 const never = new Promise<never>(() => {});
 
+/** wait_refused: waits until the run completes; a lost tool call answers `waiting` every time. */
+const WAIT_REFUSED_MAX_WAITS = 3;
+
 async function* once<T>(item: T): AsyncIterable<T> {
   yield item;
 }
@@ -322,6 +325,29 @@ const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observ
     };
     const result = await s.exec(s.handlers({ hold }));
     return { refused, leg: leg(result), calls: s.calls };
+  },
+
+  async wait_refused(s) {
+    await s.register();
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    const hold: ToolHandler = async () => {
+      await released;
+      return { details: { answer: "released" } };
+    };
+    const handlers = s.handlers({ hold });
+    const first = await s.exec(handlers);
+    if (first.status !== "waiting") throw new Error(`expected waiting: ${first.resultJson}`);
+    const other = { sessionId: `${s.scope.sessionId}-other`, agentRunId: s.scope.agentRunId };
+    const refused = await s.client.wait(other, { toolCallId: `${s.execId}-other`, runId: first.runId, handlers });
+    release(); // answers while no wait is open: the result waits in the client for the owner's wait
+    let waits = 0;
+    let final = first;
+    while (final.status === "waiting" && waits < WAIT_REFUSED_MAX_WAITS) {
+      waits += 1;
+      final = await s.wait(first.runId, handlers);
+    }
+    return { first: leg(first), refused: leg(refused), final: leg(final), waits, calls: s.calls };
   },
 
   async grpc_status(s, address) {

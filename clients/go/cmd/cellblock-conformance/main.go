@@ -257,6 +257,9 @@ func lastNumber(id string) int {
 	return n
 }
 
+// waitRefusedMaxWaits bounds the waits of wait_refused until the run completes; a lost tool call answers `waiting` every time.
+const waitRefusedMaxWaits = 3
+
 var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 	"main_job": func(ctx context.Context, s *scenario) (obj, error) {
 		catalog, err := s.register(ctx, s.scope)
@@ -456,6 +459,51 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		}
 		l, err := leg(r)
 		return obj{"refused": refused, "leg": l, "calls": s.callList()}, err
+	},
+	"wait_refused": func(ctx context.Context, s *scenario) (obj, error) {
+		if _, err := s.register(ctx, s.scope); err != nil {
+			return nil, err
+		}
+		released := make(chan struct{})
+		hold := func(hctx context.Context, _ json.RawMessage, _ cellblock.ToolCallInfo) (any, error) {
+			select {
+			case <-released:
+				return obj{"details": obj{"answer": "released"}}, nil
+			case <-hctx.Done():
+				return nil, hctx.Err()
+			}
+		}
+		h := s.handlers(cellblock.Handlers{"hold": hold})
+		first, err := s.exec(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		if first.Status != "waiting" {
+			return nil, fmt.Errorf("expected waiting: %s", first.ResultJSON)
+		}
+		other := cellblock.Scope{SessionID: s.scope.SessionID + "-other", AgentRunID: s.scope.AgentRunID}
+		refused, err := s.c.Wait(ctx, other, cellblock.WaitOptions{LegOptions: s.legOptions(h), ToolCallID: s.execID + "-other", RunID: first.RunID})
+		if err != nil {
+			return nil, err
+		}
+		close(released) // answers while no wait is open: the result waits in the client for the owner's wait
+		waits, final := 0, first
+		for final.Status == "waiting" && waits < waitRefusedMaxWaits {
+			waits++
+			if final, err = s.wait(ctx, first.RunID, h); err != nil {
+				return nil, err
+			}
+		}
+		l1, err := leg(first)
+		if err != nil {
+			return nil, err
+		}
+		l2, err := leg(refused)
+		if err != nil {
+			return nil, err
+		}
+		l3, err := leg(final)
+		return obj{"first": l1, "refused": l2, "final": l3, "waits": waits, "calls": s.callList()}, err
 	},
 	"grpc_status": func(ctx context.Context, s *scenario) (obj, error) {
 		blank := cellblock.Scope{SessionID: " ", AgentRunID: "x"}
