@@ -102,7 +102,7 @@ class RunRegistry:
         self._spans: dict[str, tuple[float, dict[str, Any]]] = {}
         self._hosted: dict[str, list[HostedOutcome]] = {}
         #: Slot reservations the store is still answering, by run id (a leg may end meanwhile).
-        self._reserving: dict[str, asyncio.Future[bool]] = {}
+        self._reserving: dict[str, asyncio.Future[SlotAnswer]] = {}
         #: Claims whose wait was cancelled while the store answered, being given back.
         self._unclaiming: set[asyncio.Future[None]] = set()
         #: ``(slots held, suspended runs)`` in the deployment at the last sweep (metrics).
