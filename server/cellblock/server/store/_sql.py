@@ -158,8 +158,10 @@ class SqlRunStore(RunStore):
             if row is not None:
                 return SlotAnswer.CANCELLED  # a tombstone: the run was cancelled
             # Both counts under the cap lock, in the insert's transaction (SPEC §16.1 item 5).
-            scope_held = "coalesce(sum(CASE WHEN session_id = ? AND agent_run_id = ? THEN 1 ELSE 0 END), 0)"
-            held = await tx.one(f"SELECT count(*), {scope_held} FROM {TABLE} WHERE holds_slot = 1", session_id, agent_run_id)
+            # Each count on its own index (cellblock_runs_slots, cellblock_runs_scope), in one round trip; the unary
+            # plus keeps SQLite's planner (no statistics) off the slots index for the scope's count.
+            scope_held = f"SELECT count(*) FROM {TABLE} WHERE session_id = ? AND agent_run_id = ? AND +holds_slot = 1"
+            held = await tx.one(f"SELECT (SELECT count(*) FROM {TABLE} WHERE holds_slot = 1), ({scope_held})", session_id, agent_run_id)
             total, scope = (int(held[0]), int(held[1])) if held is not None else (0, 0)
             if scope >= self.scope_share:
                 return SlotAnswer.SCOPE_FULL
