@@ -353,21 +353,21 @@ def to_arguments_json(arguments: Mapping[str, Any] | str | None) -> str:
     """The exec/wait arguments as JSON text: a string is forwarded verbatim."""
     if isinstance(arguments, str):
         return arguments
-    return _json_text(dict(arguments or {}))
+    try:
+        return _json_text(dict(arguments or {}))
+    except RecursionError:
+        raise ValueError("the arguments nest too deeply to encode as JSON (the service reads at most 256 levels)") from None
 
 
 def _json_text(value: Any) -> str:
     r"""Compact JSON for a proto string field: UTF-8 text, lone surrogates as ``\uXXXX``.
 
     Raises:
-        ValueError: NaN or infinities (not JSON), or a value nested too deeply for
-            Python's JSON encoder (its recursion limit, about 1000 levels).
+        ValueError: NaN or infinities (not JSON).
         TypeError: A value that is not JSON-serialisable.
+        RecursionError: A value nested deeper than Python's JSON encoder goes (about 1000 levels).
     """
-    try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except RecursionError:
-        raise ValueError("the value nests too deeply to encode as JSON (the service reads at most 256 levels)") from None
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -366,5 +366,5 @@ async def test_values_too_deep_to_encode_raise_value_error_not_recursion_error(c
         await client.put_catalog(SCOPE, [cellblock.client.Tool(source="host", owner="core", name="deep", parameters=deep)])
     with pytest.raises(ValueError, match=r"tool 'deep': output_schema nests too deeply"):
         await client.put_catalog(SCOPE, [cellblock.client.Tool(source="host", owner="core", name="deep", output_schema=deep)])
-    with pytest.raises(ValueError, match="the value nests too deeply"):
+    with pytest.raises(ValueError, match="the arguments nest too deeply"):
         await client.exec(SCOPE, tool_call_id="call_1", arguments={"code": "echo", "x": deep})
