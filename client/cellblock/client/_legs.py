@@ -200,19 +200,14 @@ class LegDriver:
             return
         if run.stream is stream:
             run.stream = None
-        if result.status == "waiting":
-            # Results written just before the service suspended may have missed
-            # the leg; resend them on the next wait (repeats are ignored).
-            if any(p.method in _NESTED_CALL_METHODS for p in result.pending_tool_calls):
+        if result.status == "waiting" or refused_wait:
+            # Results written just before the service suspended may have missed the leg, and
+            # a refused wait's stream was never read into the run: resend them on the next wait
+            # (repeats are ignored).
+            if refused_wait or any(p.method in _NESTED_CALL_METHODS for p in result.pending_tool_calls):
                 run.undelivered[:0] = run.sent_on_stream
             run.sent_on_stream = []
-            if run.idle:
-                self.runs.pop(run.run_id, None)
-        elif refused_wait:
-            # The refused stream's results were never read into the run: resend them.
-            run.undelivered[:0] = run.sent_on_stream
-            run.sent_on_stream = []
-            if run.idle:  # e.g. a second wait on a finished run ([W03]): nothing to keep
+            if run.idle:  # nothing to keep (e.g. a second wait on a finished run, [W03])
                 self.runs.pop(run.run_id, None)
         else:
             run.abandon_all()
