@@ -298,3 +298,33 @@ async def test_a_snapshot_over_the_cap_gives_back_the_slot_it_was_reserved(clien
     result = await client.exec(scope, tool_call_id="snap-slot", code=code, handlers={}, limits=LimitOverrides(max_snapshot_bytes=4096))
     assert result.code == "snapshot_limit_exceeded", result.raw_json
     assert (await service.registry.store.counts())[0] == held, "the slot asked for at the suspension is freed"
+
+
+async def test_nested_calls_go_out_in_request_order_while_the_slot_answer_is_on_its_way(client: CellblockClient, scope: Scope, service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store's answer marks the run as holding its slot before SlotReserved reaches the
+    # settle loop; a call that arrived in that gap went out ahead of the first one (the
+    # conformance table's suspend_resume saw nested call 1 carry the second call's input).
+    await _catalog(client, scope)
+    real_reserve = service.registry.reserve_slot
+
+    async def reserve(run: Any) -> bool:
+        granted = await real_reserve(run)
+        await asyncio.sleep(0.4)  # a slow store reply: the run holds its slot, the leg does not know yet
+        return granted
+
+    monkeypatch.setattr(service.registry, "reserve_slot", reserve)
+    seen: list[tuple[int, int]] = []
+
+    async def echo(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+        seen.append((tool_input["i"], int(call.nested_call_id.rsplit("_", 1)[1])))
+        return {"details": {"i": tool_input["i"]}}
+
+    code = """
+const first = tools.callValue("client:app:slow", { i: 1 });
+await new Promise((resolve) => setTimeout(resolve, 150));
+const second = tools.callValue("client:app:slow", { i: 2 });
+return [(await first).i, (await second).i];
+"""
+    done = await client.exec(scope, tool_call_id="order", code=code, handlers={"slow": echo}, limits=SHORT)
+    assert (done.status, done.value) == ("completed", [1, 2]), done.raw_json
+    assert seen == [(1, 1), (2, 2)], "nested calls are numbered and sent in the guest's order"

@@ -161,8 +161,11 @@ class SettleLoop:
 
         The first call of a run without a slot asks the run store for one; the answer
         comes back on the queue as :class:`SlotReserved` (the settle loop keeps running).
+        Calls go out in request order: while earlier calls wait for that answer, a later
+        one queues behind them even when the run already holds its slot (the store's
+        answer sets ``holds_slot`` before :class:`SlotReserved` reaches the loop).
         """
-        if self.run_.holds_slot:
+        if self.run_.holds_slot and not self._awaiting_slot:
             dispatch_request(self.run_, self.ports, p)
             return
         self._awaiting_slot.append(p)
