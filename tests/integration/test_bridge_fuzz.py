@@ -178,27 +178,58 @@ async def test_generated_bridge_messages_get_their_documented_answers(docker_cli
         assert read[0] >= 10_000, f"the host read {read[0]} of {sum(sent)} generated messages"
 
 
-
 async def test_yields_nested_down_to_the_drawn_depths_get_their_documented_answers(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A CI run's finding, replayed through the fuzzer's runner: [B23] for a ``search`` after a parking ``yield``.
 
     The host answered it although the oracle had counted the ``yield`` as parking the leg. The plans ran inside hypothesis's test body, whose raised recursion limit (about 2000, process-wide)
     put the host's depth bound (about 1940 levels) and the oracle's (about 1960) inside the depths drawn
-    as too deep: a ``yield`` between them was rejected by the host ([B23]) and never parked it. Here one
-    ``yield`` at each depth from 2100 down to the shallowest drawn as too deep, then a ``search`` nested
-    2263 deep and a ``suspended`` end: at the service's own limit every one is too deep for the host, so
-    each is rejected at once, nothing parks and the end is one the host did not ask for ([R17]).
+    as too deep: a ``yield`` between them was rejected by the host ([B23]) and did not park the leg, so
+    the host answered the next deep request. Here a ``yield`` at each depth from 2100 down to the
+    shallowest drawn as too deep, each followed by a ``search`` nested 2263 deep, and a ``suspended``
+    end: at the service's own limit every one is too deep for the host, so each is rejected at once,
+    nothing parks and the end is one the host did not ask for ([R17]).
     """
     depths = range(2100, DEEP_DEPTH - 1, -1)
-    messages = [_request(f"bridge:yield:{n}", "yield", "[" * d + "]" * d, 0) for n, d in enumerate(depths, 1)]
-    messages.append(_request("bridge:search:1", "search", "[" * 2263 + "]" * 2263, 0))
+    deep_search = "[" * 2263 + "]" * 2263
+    messages = [m for n, d in enumerate(depths, 1) for m in (_request(f"bridge:yield:{n}", "yield", "[" * d + "]" * d, 0), _request(f"bridge:search:{n}", "search", deep_search, 0))]
     messages.append(pb.AttachRequest(end=pb.LegEnd(suspended=pb.Suspended(raw_bytes=0, snapshot_bytes=0))).SerializeToString())
     async with FuzzCells.start(monkeypatch) as cells:
 
         async def one(plan: list[bytes]) -> None:
             expected = expect(plan, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
-            assert [a.kind for a in expected.answers] == ["B23"] * (len(depths) + 1) + ["ends the leg"]
+            assert [a.kind for a in expected.answers] == ["B23"] * (2 * len(depths)) + ["ends the leg"]
             assert expected.end is not None and expected.end.answer == "R17"
             check_leg(expected, await cells.run(True, plan, expected))
+
+        assert await run_drawn(st.just(messages), 1, one) == 1
+
+
+async def test_requests_read_after_a_yield_are_not_answered_whichever_path_reads_them(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A yield parks the leg at once (SPEC §10.4 item 1): nothing read after it is answered in the leg.
+
+    Arguments longer than the loop reads (SPEC §3.1 item 6) are read in a worker, the leg's other
+    events waiting in order: a long call too deep for the worker before the ``yield`` is rejected
+    ([B23]) before the ``yield`` is read; the same call, a deep ``search`` and a long call the worker
+    reads after it get no answer, and the ``suspended`` end the host asked for parks the run.
+    """
+    deep = "[" + " " * 70_000 + "[" * 1500 + "]" * 1500 + "]"
+    long_input = json.dumps(["host:core:echo", {"pad": " " * 70_000}])
+    messages = [
+        _request("bridge:call:1", "call", deep, 0),
+        _request("bridge:yield:1", "yield", '["now"]', 0),
+        _request("bridge:call:2", "call", deep, 0),
+        _request("bridge:search:1", "search", "[" * 2263 + "]" * 2263, 0),
+        _request("bridge:callValue:1", "callValue", long_input, 0),
+        pb.AttachRequest(end=pb.LegEnd(suspended=pb.Suspended(raw_bytes=0, snapshot_bytes=0))).SerializeToString(),
+    ]
+    async with FuzzCells.start(monkeypatch) as cells:
+
+        async def one(plan: list[bytes]) -> None:
+            expected = expect(plan, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+            assert [(a.kind, a.immediate) for a in expected.answers] == [("B23", True), ("accepted", False), ("B23", False), ("B23", False), ("accepted", False), ("ends the leg", False)]
+            assert expected.end is not None and expected.end.answer == "waiting"
+            leg = await cells.run(True, plan, expected)
+            check_leg(expected, leg)
+            assert [b for b, _, _ in leg.host] == ["bridge:call:1"], "only the request read before the yield is answered"
 
         assert await run_drawn(st.just(messages), 1, one) == 1
