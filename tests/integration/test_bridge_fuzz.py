@@ -182,7 +182,7 @@ async def test_yields_nested_down_to_the_drawn_depths_get_their_documented_answe
     """A CI run's finding, replayed through the fuzzer's runner: [B23] for a ``search`` after a parking ``yield``.
 
     The host answered it although the oracle had counted the ``yield`` as parking the leg. The plans ran inside hypothesis's test body, whose raised recursion limit (about 2000, process-wide)
-    put the host's depth bound (about 1940 levels) and the oracle's (about 1960) inside the depths drawn
+    put the host's depth bound (1950-1957 levels) and the oracle's (1959-1966) inside the depths drawn
     as too deep: a ``yield`` between them was rejected by the host ([B23]) and did not park the leg, so
     the host answered the next deep request. Here a ``yield`` at each depth from 2100 down to the
     shallowest drawn as too deep, each followed by a ``search`` nested 2263 deep, and a ``suspended``

@@ -3,8 +3,8 @@
 A CI run of ``tests/integration/test_bridge_fuzz.py`` failed on a drawn plan: the host answered
 [B23] for a ``search`` after a ``yield`` the oracle had counted as parking the leg. The plans ran
 inside hypothesis's test body, where hypothesis raises the interpreter's recursion limit
-(process-wide) from 1000 to about 2000: the host's parser then gave up near 1940 levels and the
-oracle's (a shallower stack) near 1960, inside the depths the fuzzer draws as too deep (1100-3000).
+(process-wide) from 1000 to about 2020: the host's parser then gave up near 1957 levels and the
+oracle's (a shallower stack) near 1966, inside the depths the fuzzer draws as too deep (1100-3000).
 A ``yield`` nested between the two was admitted by the oracle and rejected by the host ([B23], SPEC
 §8.4 item 6), which never parked. These tests pin what the fix relies on.
 """
