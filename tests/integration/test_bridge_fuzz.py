@@ -27,14 +27,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.server.runs import _leg
+from tests.support.bridge_oracle import DEEP_DEPTH, SHALLOW_DEPTH, expect
 from tests.support.bridge_oracle import METHODS as VALID_METHODS
-from tests.support.bridge_oracle import expect
-from tests.support.fuzz_cells import TIMEOUT_MS, FuzzCells, check_leg
+from tests.support.fuzz_cells import TIMEOUT_MS, FuzzCells, check_leg, run_drawn
 
 EXAMPLES = int(os.environ.get("CELLBLOCK_FUZZ_EXAMPLES", "4"))
 #: A plan takes one real cell (1-5 s on a loaded machine; [R06] plans wait out the deadline and grace).
@@ -58,7 +57,7 @@ args_json = st.one_of(
     not_quite_json,
     # Deep arrays, away from the parser's bound (the recursion limit, 1000 frames, less the caller's stack):
     # SPEC §8.4 item 6 says only "deeper than the host can serialise", so the band around it is left out.
-    st.one_of(st.integers(1, 600), st.integers(1100, 3000)).map(lambda d: "[" * d + "]" * d),
+    st.one_of(st.integers(1, SHALLOW_DEPTH), st.integers(DEEP_DEPTH, 3000)).map(lambda d: "[" * d + "]" * d),
 )
 #: Counters of every shape a bridge id may be polluted with (SPEC §8.2 item 2).
 polluted_n = st.one_of(
@@ -141,7 +140,6 @@ plans = st.tuples(
 
 
 async def test_generated_bridge_messages_get_their_documented_answers(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    loop = asyncio.get_running_loop()
     # Count what the host really read: a plan's messages after one that ends the leg are never read.
     read = [0]
     on_guest = _leg.Leg._on_guest  # noqa: SLF001 - the leg's reader of guest messages
@@ -156,10 +154,11 @@ async def test_generated_bridge_messages_get_their_documented_answers(docker_cli
     ends: Counter[str] = Counter()
     async with FuzzCells.start(monkeypatch) as cells:
 
-        async def one(good_token: bool, messages: list[bytes]) -> None:
+        async def one(plan: tuple[bool, list[bytes]]) -> None:
+            good_token, messages = plan
             expected = expect(messages, good_token=good_token, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
             started = time.monotonic()
-            leg = await cells.run(good_token, messages, expected)
+            leg = await asyncio.wait_for(cells.run(good_token, messages, expected), timeout=120)
             assert time.monotonic() - started < 60, "a leg hung"
             try:
                 check_leg(expected, leg)
@@ -172,15 +171,65 @@ async def test_generated_bridge_messages_get_their_documented_answers(docker_cli
             ends[expected.end.answer if expected.end else "?"] += 1
             sent.append(len(messages))
 
-        # No shrinking: every step would start a real cell again; a failing plan is reported as drawn.
-        @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate), print_blob=False)
-        @given(plans)
-        def run_plan(plan: tuple[bool, list[bytes]]) -> None:
-            asyncio.run_coroutine_threadsafe(one(*plan), loop).result(timeout=120)
-
-        await asyncio.to_thread(run_plan)
+        await run_drawn(plans, EXAMPLES, one)
     print(f"\nbridge fuzzer: {len(sent)} cells, {sum(sent)} generated messages, {read[0]} read by the host; answers {dict(answers)}; leg ends {dict(ends)}")
     assert sum(answers.values()) == read[0], "the host read exactly the messages the oracle documents"
     if EXAMPLES >= 60:
         assert read[0] >= 10_000, f"the host read {read[0]} of {sum(sent)} generated messages"
 
+
+async def test_yields_nested_down_to_the_drawn_depths_get_their_documented_answers(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CI run's finding, replayed through the fuzzer's runner: [B23] for a ``search`` after a parking ``yield``.
+
+    The host answered it although the oracle had counted the ``yield`` as parking the leg. The plans ran inside hypothesis's test body, whose raised recursion limit (about 2000, process-wide)
+    put the host's depth bound (1950-1957 levels) and the oracle's (1959-1966) inside the depths drawn
+    as too deep: a ``yield`` between them was rejected by the host ([B23]) and did not park the leg, so
+    the host answered the next deep request. Here a ``yield`` at each depth from 2100 down to the
+    shallowest drawn as too deep, each followed by a ``search`` nested 2263 deep, and a ``suspended``
+    end: at the service's own limit every one is too deep for the host, so each is rejected at once,
+    nothing parks and the end is one the host did not ask for ([R17]).
+    """
+    depths = range(2100, DEEP_DEPTH - 1, -1)
+    deep_search = "[" * 2263 + "]" * 2263
+    messages = [m for n, d in enumerate(depths, 1) for m in (_request(f"bridge:yield:{n}", "yield", "[" * d + "]" * d, 0), _request(f"bridge:search:{n}", "search", deep_search, 0))]
+    messages.append(pb.AttachRequest(end=pb.LegEnd(suspended=pb.Suspended(raw_bytes=0, snapshot_bytes=0))).SerializeToString())
+    async with FuzzCells.start(monkeypatch) as cells:
+
+        async def one(plan: list[bytes]) -> None:
+            expected = expect(plan, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+            assert [a.kind for a in expected.answers] == ["B23"] * (2 * len(depths)) + ["ends the leg"]
+            assert expected.end is not None and expected.end.answer == "R17"
+            check_leg(expected, await cells.run(True, plan, expected))
+
+        assert await run_drawn(st.just(messages), 1, one) == 1
+
+
+async def test_requests_read_after_a_yield_are_not_answered_whichever_path_reads_them(docker_client: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A yield parks the leg at once (SPEC §10.4 item 1): nothing read after it is answered in the leg.
+
+    Arguments longer than the loop reads (SPEC §3.1 item 6) are read in a worker, the leg's other
+    events waiting in order: a long call too deep for the worker before the ``yield`` is rejected
+    ([B23]) before the ``yield`` is read; the same call, a deep ``search`` and a long call the worker
+    reads after it get no answer, and the ``suspended`` end the host asked for parks the run.
+    """
+    deep = "[" + " " * 70_000 + "[" * 1500 + "]" * 1500 + "]"
+    long_input = json.dumps(["host:core:echo", {"pad": " " * 70_000}])
+    messages = [
+        _request("bridge:call:1", "call", deep, 0),
+        _request("bridge:yield:1", "yield", '["now"]', 0),
+        _request("bridge:call:2", "call", deep, 0),
+        _request("bridge:search:1", "search", "[" * 2263 + "]" * 2263, 0),
+        _request("bridge:callValue:1", "callValue", long_input, 0),
+        pb.AttachRequest(end=pb.LegEnd(suspended=pb.Suspended(raw_bytes=0, snapshot_bytes=0))).SerializeToString(),
+    ]
+    async with FuzzCells.start(monkeypatch) as cells:
+
+        async def one(plan: list[bytes]) -> None:
+            expected = expect(plan, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+            assert [(a.kind, a.immediate) for a in expected.answers] == [("B23", True), ("accepted", False), ("B23", False), ("B23", False), ("accepted", False), ("ends the leg", False)]
+            assert expected.end is not None and expected.end.answer == "waiting"
+            leg = await cells.run(True, plan, expected)
+            check_leg(expected, leg)
+            assert [b for b, _, _ in leg.host] == ["bridge:call:1"], "only the request read before the yield is answered"
+
+        assert await run_drawn(st.just(messages), 1, one) == 1

@@ -11,6 +11,8 @@ Answer classes of a message the host reads (:class:`Answer` ``kind``):
 ``P01``-``P03``,    a protocol violation (SPEC §14.5): a ``Settle`` rejecting it at once with the
 ``P05``             exact message, for the id it carried (cut to 256 characters); never pending
 ``B23``             arguments nested deeper than the host serialises (SPEC §8.4 item 6): rejected
+                    (at least ``DEEP_DEPTH`` deep; nothing between ``SHALLOW_DEPTH`` and it is
+                    documented, see :func:`check_recursion_limit`), not answered once parking
 ``accepted``        a request the host admits: answered by its own processing (a value or a B-code
                     rejection), at most once and never with a P-code; ``search``/``describe`` are
                     answered at once unless the leg is parking
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +47,19 @@ _ID_DIGITS = re.compile(r"[1-9][0-9]{0,15}")
 ID_ECHO_CHARS = 256
 #: Answers that are ``Settle`` rejections the host sends as soon as it reads the message.
 REJECTIONS = frozenset({"P01", "P02", "P03", "P05", "B23"})
+#: SPEC §8.4 item 6 names no depth: the host's JSON parser and serialiser give up at the
+#: interpreter's recursion limit less the stack they run on, which differs between the loop
+#: and a worker and moves with ``sys.setrecursionlimit`` (hypothesis raises it, process-wide, to
+#: its own stack depth plus 2000 while it runs a test body). At the service's limit (1000) that
+#: bound lies between these two depths wherever the host parses: the oracle documents JSON
+#: texts nested at most ``SHALLOW_DEPTH`` deep (read) or at least ``DEEP_DEPTH`` deep (too deep
+#: for the host), and refuses to predict the band between.
+SHALLOW_DEPTH = 600
+DEEP_DEPTH = 1100
+#: Frames the host's stack may take below the parser (the service's coroutines, the test's runner).
+_HOST_STACK_FRAMES = 250
+#: A JSON string (skipped) or a bracket, for :func:`nesting`.
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
 
 @dataclass(frozen=True)
@@ -128,8 +144,55 @@ def as_doubles(value: Any) -> Any:
     return value
 
 
+class TooDeepError(Exception):
+    """A JSON text nested at least :data:`DEEP_DEPTH` deep: deeper than the host parses or serialises."""
+
+
+def nesting(text: str) -> int:
+    """How deep the arrays and objects of a JSON text nest (0 for a scalar), counted without recursion.
+
+    Brackets inside string literals do not count. For a text that is not JSON the count covers
+    the whole text (the fuzzer's deep texts are well-formed arrays).
+    """
+    depth = deepest = 0
+    for token in _STRING_OR_BRACKET.finditer(text):
+        if token.group() in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token.group() in "]}":
+            depth -= 1
+    return deepest
+
+
+def check_recursion_limit() -> None:
+    """Asserts the host's depth bound lies between :data:`SHALLOW_DEPTH` and :data:`DEEP_DEPTH` now.
+
+    Raises:
+        AssertionError: The interpreter's recursion limit (process-wide) puts the host's bound
+            elsewhere: a plan run inside a hypothesis test body (which raises the limit by about
+            2000) would have texts the oracle calls too deep read by the host, or the reverse.
+    """
+    limit = sys.getrecursionlimit()
+    assert SHALLOW_DEPTH + _HOST_STACK_FRAMES <= limit <= DEEP_DEPTH, (
+        f"the recursion limit is {limit}: the host's JSON depth bound is not between {SHALLOW_DEPTH} and {DEEP_DEPTH} levels, where the oracle documents it "
+        "(run plans outside hypothesis's test body, tests/support/fuzz_cells.py run_drawn)"
+    )
+
+
 def _loads(text: str) -> Any:
-    """RFC 8259 JSON: ``NaN`` and ``Infinity`` are not JSON; numbers are doubles (SPEC §0.3)."""
+    """RFC 8259 JSON: ``NaN`` and ``Infinity`` are not JSON; numbers are doubles (SPEC §0.3).
+
+    Raises:
+        ValueError: ``text`` is not JSON.
+        TooDeepError: ``text`` nests at least :data:`DEEP_DEPTH` deep.
+        AssertionError: It nests deeper than :data:`SHALLOW_DEPTH` and less deep than
+            :data:`DEEP_DEPTH`, where the host's bound lies (no answer is documented).
+    """
+    depth = nesting(text)
+    if depth >= DEEP_DEPTH:
+        raise TooDeepError
+    if depth > SHALLOW_DEPTH:
+        raise AssertionError(f"the oracle documents no answer for JSON nested {depth} deep (between {SHALLOW_DEPTH} and {DEEP_DEPTH})")
     return json.loads(text, parse_constant=_not_json, parse_int=_number)
 
 
@@ -199,7 +262,7 @@ class _Model:
         too_deep = False
         try:
             args = _loads(r.args_json)
-        except RecursionError:
+        except TooDeepError:
             args, too_deep = [], True
         except ValueError:
             args = "not JSON"
@@ -237,7 +300,7 @@ class _Model:
         if which == "completed":
             try:
                 return LegEnd("completed", "completed", value=_loads(e.completed.value_json))
-            except RecursionError:
+            except TooDeepError:
                 return LegEnd("R15", "failed", ("output_limit_exceeded",), msg.r15("nesting is too deep for the serialiser"), "host")
             except ValueError:
                 return invalid
@@ -285,7 +348,12 @@ def expect(messages: list[bytes], *, good_token: bool, timeout_ms: int, memory_l
 
     Returns:
         The answers, the number of messages read, the leg's end and the output the caller sees.
+
+    Raises:
+        AssertionError: Called where the host's JSON depth bound is not the one the oracle
+            documents (:func:`check_recursion_limit`), or for a text in the band it leaves out.
     """
+    check_recursion_limit()
     out = Expected()
     if not good_token:
         # A wrong token never attaches; the agent exits 0 (SPEC §11.4, [R13]).
@@ -307,7 +375,7 @@ def expect(messages: list[bytes], *, good_token: bool, timeout_ms: int, memory_l
         elif which == "output":
             try:
                 entry = _loads(m.output.entry_json)
-            except (ValueError, RecursionError):
+            except (ValueError, TooDeepError):
                 entry = None
             ok = _is_entry(entry)
             out.answers.append(Answer("output" if ok else "dropped"))

@@ -11,18 +11,21 @@ documented answers. Leaving the context asserts the service still answers and le
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import os
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.client import CellblockClient, CellblockError, LimitOverrides, Scope, Tool
@@ -39,6 +42,7 @@ SUPPORT = Path(__file__).resolve().parent
 #: answer (none is delivered within the minimum resume budget of it); a plan without an end is
 #: killed at the deadline plus the 2 s grace ([R06]).
 TIMEOUT_MS = 10_000
+_T = TypeVar("_T")
 #: Message prefixes of every P-code (an admitted request never gets one).
 _P_PREFIXES = tuple(m.split("{", 1)[0] for m in (msg.p01("{"), msg.p02("{"), msg.p03("{"), msg.p05("{")))
 
@@ -155,6 +159,37 @@ class FuzzCells:
                 got = json.loads(line)
                 leg.agent.append((got["bridgeId"], got["ok"], got["message"]))
         return leg
+
+
+async def run_drawn(strategy: st.SearchStrategy[_T], examples: int, one: Callable[[_T], Awaitable[None]]) -> int:
+    """Draws ``examples`` values of ``strategy`` with hypothesis, then awaits ``one`` on each, in order.
+
+    The plans run after hypothesis is done, not inside its test body: while hypothesis runs a
+    test body it raises the interpreter's recursion limit (process-wide, so for the service's
+    event loop too) to its own stack depth plus 2000, which moves the host's JSON depth bound
+    (SPEC §8.4 item 6) from below 1000 levels into the depths the fuzzer draws as too deep; the
+    oracle documents the bound of the service's own limit (``bridge_oracle.check_recursion_limit``).
+    No shrinking: every step would start a real cell again; a failing plan is reported as drawn.
+
+    Args:
+        strategy: What to draw.
+        examples: How many values.
+        one: Runs one value; what it raises is raised here, at the first failure.
+
+    Returns:
+        How many values ran.
+    """
+    drawn: list[_T] = []
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck), phases=(Phase.explicit, Phase.generate), print_blob=False)
+    @given(strategy)
+    def draw(value: _T) -> None:
+        drawn.append(value)
+
+    await asyncio.to_thread(draw)  # drawing megabytes of plans off the loop the service runs on
+    for value in drawn:
+        await one(value)
+    return len(drawn)
 
 
 def check_leg(expected: Expected, leg: LegRecord) -> None:
