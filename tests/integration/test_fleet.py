@@ -41,7 +41,7 @@ def fleet_store(pg_cluster: Cluster) -> str:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def fleet(fleet_store: str, process_sockets: str) -> AsyncIterator[tuple[ServiceProcess, ServiceProcess, CellblockClient, CellblockClient]]:
-    env = {"CELLBLOCK_MAX_SUSPENDED_RUNS": "3", "CELLBLOCK_STORE_LEASE_S": "3"}
+    env = {"CELLBLOCK_MAX_SUSPENDED_RUNS": "4", "CELLBLOCK_STORE_LEASE_S": "3"}
     a = ServiceProcess(fleet_store, process_sockets, env=env).start()
     # Replicas share the store, never a socket or state directory (each is locked, SPEC §16.2 item 5).
     b = ServiceProcess(fleet_store, os.path.join(process_sockets, "replica-b"), env=env).start()
@@ -96,23 +96,31 @@ async def test_two_waits_on_two_replicas_exactly_one_wins(fleet: Any) -> None:
         assert outcomes == [("completed", "yielded"), ("failed", W06)], f"round {i}: {outcomes}"
 
 
-async def test_the_cap_holds_across_both_replicas(fleet: Any) -> None:
+async def test_the_cap_and_a_scopes_share_hold_across_both_replicas(fleet: Any) -> None:
     a, b, ca, cb = fleet
-    scope = Scope("fleet-s3", "agent")
+    scope, other = Scope("fleet-s3", "agent"), Scope("fleet-s3-other", "agent")
     await _both_catalogs(ca, cb, scope)
+    await _both_catalogs(ca, cb, other)
     code = "const r = await yield_control(); return 1;"
     parked = [await c.exec(scope, tool_call_id=f"cap{i}", code=code, handlers={}, limits=LIMITS) for i, c in enumerate((ca, cb, ca))]
     assert [p.status for p in parked] == ["waiting"] * 3
-    for c in (ca, cb):
+    for c in (ca, cb):  # the scope holds its share (3 of 4), counted in the store shared by both replicas
         refused = await c.exec(scope, tool_call_id="cap-over", code=code, handlers={}, limits=LIMITS)
         assert (refused.status, refused.code) == ("failed", "runtime_unavailable")
-        assert refused.error == "too many runs are suspended or waiting on tools in this cellblock deployment (limit 3); finish waiting runs before starting new ones."
+        assert refused.error == "this scope already holds 3 of the deployment's 4 suspended-run slots, its most; wait on or cancel its waiting runs before starting new ones."
+    theirs = await cb.exec(other, tool_call_id="cap-other", code=code, handlers={}, limits=LIMITS)
+    assert theirs.status == "waiting", "the last quarter stays for another scope"
+    for c in (ca, cb):  # the whole cap, filled by two scopes
+        refused = await c.exec(other, tool_call_id="cap-full", code=code, handlers={}, limits=LIMITS)
+        assert (refused.status, refused.code) == ("failed", "runtime_unavailable")
+        assert refused.error == "too many runs are suspended or waiting on tools in this cellblock deployment (limit 4); finish waiting runs before starting new ones."
     done = await cb.wait(scope, tool_call_id="cap0-w", run_id=parked[0].run_id)
     assert done.status == "completed"
     again = await ca.exec(scope, tool_call_id="cap-after", code=code, handlers={}, limits=LIMITS)
     assert again.status == "waiting", "a freed slot is usable from the other replica"
     for p in [*parked[1:], again]:
         assert await ca.cancel_run(scope, p.run_id) == "suspended"
+    assert await cb.cancel_run(other, theirs.run_id) == "suspended"
 
 
 async def test_expiry_is_swept_by_the_replica_that_did_not_park(fleet: Any, fleet_store: str) -> None:
@@ -122,7 +130,7 @@ async def test_expiry_is_swept_by_the_replica_that_did_not_park(fleet: Any, flee
     parked = await ca.exec(scope, tool_call_id="exp", code="await yield_control(); return 1;", handlers={}, limits=LimitOverrides(timeout_ms=4000, snapshot_ttl_seconds=2))
     assert parked.status == "waiting"
     a.stop()  # only B is left to sweep
-    store = make_run_store(fleet_store, 3)
+    store = make_run_store(fleet_store, 4)
     await store.open()
     try:
         assert (await store.get(parked.run_id)) is not None

@@ -189,8 +189,8 @@ async def test_suspended_run_cap_refuses_the_65th(client: CellblockClient, scope
     store = service.registry.store
     held = (await store.counts())[0]
     fillers = [f"run_filler_{i}" for i in range(64 - held)]
-    for run_id in fillers:  # 64 runs hold slots in the deployment's store
-        assert await store.reserve_slot(run_id, "filler", "filler", 1.0, "filler-lease", 600)
+    for i, run_id in enumerate(fillers):  # 64 runs of two scopes (each under its share, 48) hold slots in the deployment's store
+        assert await store.reserve_slot(run_id, "filler", f"filler-{i % 2}", 1.0, "filler-lease", 600)
     try:
         result = await client.exec(scope, tool_call_id="cap", code='return await yield_control();', handlers={})
         assert (result.status, result.code, result.failure_phase) == ("failed", "runtime_unavailable", "host")
@@ -268,7 +268,7 @@ async def test_a_yield_asks_for_its_slot_while_the_cell_writes_its_snapshot(clie
     seen: list[str] = []
     real_reserve = service.registry.reserve_slot
 
-    async def reserve(run: Any) -> bool:
+    async def reserve(run: Any) -> Any:
         seen.append("reserve")
         return await real_reserve(run)
 

@@ -14,6 +14,8 @@ from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import limits, messages
 from cellblock.server.config import Limits
 from cellblock.server.runs import OutputBudget, RunRegistry
+from cellblock.server.runs._protocol import slot_refused
+from cellblock.server.store import SlotAnswer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,11 +81,28 @@ def test_echoed_guest_text_is_cut_to_the_echo_limit() -> None:
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_the_registry_refuses_a_slot_past_the_cap_r01_names() -> None:
+    """The default cap filled by two scopes (one may hold only its share, SPEC §16.1 item 5)."""
     registry = RunRegistry()
-    runs: list[Any] = [SimpleNamespace(run_id=f"run_{i}", session_id="s", agent_run_id="a", created_at=1.0, holds_slot=False) for i in range(limits.SUSPENDED_RUN_CAP + 1)]
+    runs: list[Any] = [SimpleNamespace(run_id=f"run_{i}", session_id="s", agent_run_id=f"a{i % 2}", created_at=1.0, holds_slot=False) for i in range(limits.SUSPENDED_RUN_CAP + 1)]
     assert all([await registry.reserve_slot(run) for run in runs[:-1]])
-    assert not await registry.reserve_slot(runs[-1])
+    assert await registry.reserve_slot(runs[-1]) is SlotAnswer.DEPLOYMENT_FULL
     assert f"(limit {limits.SUSPENDED_RUN_CAP})" in messages.R01
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_one_scope_is_refused_past_its_share_of_the_cap_with_r23() -> None:
+    registry = RunRegistry()
+    share = limits.scope_share(limits.SUSPENDED_RUN_CAP)
+    assert share == limits.SUSPENDED_RUN_CAP * 3 // 4
+    runs: list[Any] = [SimpleNamespace(run_id=f"run_{i}", session_id="s", agent_run_id="a", created_at=1.0, holds_slot=False) for i in range(share + 1)]
+    assert all([await registry.reserve_slot(run) for run in runs[:-1]])
+    refused = await registry.reserve_slot(runs[-1])
+    assert refused is SlotAnswer.SCOPE_FULL and not runs[-1].holds_slot
+    other: Any = SimpleNamespace(run_id="run_other", session_id="s", agent_run_id="b", created_at=1.0, holds_slot=False)
+    assert await registry.reserve_slot(other) is SlotAnswer.HELD
+    assert slot_refused(refused, registry.cap).message == messages.r23(share, limits.SUSPENDED_RUN_CAP)
+    assert f"holds {share} of the deployment's {limits.SUSPENDED_RUN_CAP} suspended-run slots" in messages.r23(share, limits.SUSPENDED_RUN_CAP)
+    assert slot_refused(SlotAnswer.DEPLOYMENT_FULL, registry.cap).message == messages.R01
 
 
 def _text_entry(size: int) -> dict[str, str]:

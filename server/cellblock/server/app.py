@@ -101,8 +101,8 @@ class ServerSettings:
             ``postgresql://…`` or ``memory:``; empty means
             ``sqlite:///<state_dir>/runs.sqlite3`` (SPEC §16.1 item 1).
         max_suspended_runs: The deployment's suspended-run cap
-            (``CELLBLOCK_MAX_SUSPENDED_RUNS``, 1 … 1000000, SPEC §2.3). Every
-            replica sharing a store must use the same value.
+            (``CELLBLOCK_MAX_SUSPENDED_RUNS``, 1 … 1000000, SPEC §2.3); one scope holds
+            at most three quarters of it. Every replica sharing a store must use the same value.
         lease_seconds: Lease of a run while a leg holds it (``CELLBLOCK_STORE_LEASE_S``);
             a replica that dies mid-leg frees its runs after this long.
         cell_reuse: ``leg`` (one leg per cell) or ``scope`` (a cell serves

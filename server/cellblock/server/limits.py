@@ -17,6 +17,15 @@ SUSPENDED_RUN_CAP = 64
 """Default suspended (or tool-waiting) runs allowed in the whole deployment, counted in the run store
 (``CELLBLOCK_MAX_SUSPENDED_RUNS`` overrides it, SPEC §16.1 item 5); quoted by [R01]."""
 
+
+def scope_share(limit: int) -> int:
+    """Most of a shared ``limit`` (legs, suspended-run slots) one scope may hold: three quarters, at least 1.
+
+    A quarter always stays for the other scopes, so one tenant cannot starve every other one (SPEC §3.1 item 2,
+    §16.1 item 5).
+    """
+    return max(1, limit - limit // 4)
+
 WATCHDOG_GRACE_MS = 2000
 """Grace after a leg's deadline before the watchdog kills the cell, in milliseconds."""
 

@@ -157,6 +157,13 @@ def r01(cap: int) -> str:
 
 
 R01 = r01(SUSPENDED_RUN_CAP)
+
+
+def r23(share: int, cap: int) -> str:
+    """Returns [R23]: the run's scope already holds ``share``, its most, of the deployment's ``cap`` suspended-run slots (SPEC §16.1 item 5)."""
+    return f"this scope already holds {share} of the deployment's {cap} suspended-run slots, its most; wait on or cancel its waiting runs before starting new ones."
+
+
 R02 = "restartSafe runs cannot call MCP namespace tools; nothing was called. Run it again without restartSafe."
 
 
@@ -185,10 +192,7 @@ def r05(timeout_ms: int) -> str:
     Args:
         timeout_ms: The run's ``timeoutMs`` in milliseconds.
     """
-    return (
-        f"timeout exceeded: the program was still running when its {timeout_ms} ms budget "
-        "ran out."
-    )
+    return f"timeout exceeded: the program was still running when its {timeout_ms} ms budget ran out."
 
 
 def r06(timeout_ms: int) -> str:
@@ -197,10 +201,7 @@ def r06(timeout_ms: int) -> str:
     Args:
         timeout_ms: The run's ``timeoutMs`` in milliseconds.
     """
-    return (
-        f"timeout exceeded: the cell did not stop within {timeout_ms} ms plus 2000 ms grace "
-        "and was killed."
-    )
+    return f"timeout exceeded: the cell did not stop within {timeout_ms} ms plus 2000 ms grace and was killed."
 
 
 R07 = "execution aborted by the caller; the cell was stopped and this run cannot be resumed."
@@ -302,10 +303,7 @@ def r18(reason: str) -> str:
     return f"cell runtime unavailable: the suspended program could not be restored ({reason})."
 
 
-R19 = (
-    "cell runtime unavailable: the suspended program was made by a different cell image and "
-    "cannot be restored here."
-)
+R19 = "cell runtime unavailable: the suspended program was made by a different cell image and cannot be restored here."
 
 # §14.4 Host replies seen by the guest (rejected promises).
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cellblock.server.store import Park, RunStore, StoreUnavailableError, make_run_store
+from cellblock.server.store import Park, RunStore, SlotAnswer, StoreUnavailableError, make_run_store
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 LEASE = 5.0
@@ -74,12 +74,37 @@ async def test_concurrent_claims_exactly_one_wins(store: RunStore) -> None:
 
 
 async def test_cap_is_atomic_under_concurrent_reservations(open_store: Callable[..., RunStore]) -> None:
+    """Three scopes race for the whole cap from two handles: exactly ``cap`` slots, none past a scope's share."""
     a, b = await _two_handles(open_store, cap=10)
+    scopes = [("s", "a"), ("s", "b"), ("t", "a")]
     try:
-        results = await asyncio.gather(*((a if i % 2 else b).reserve_slot(f"run_cap_{i}", "s", "a", 1.0, f"t{i}", LEASE) for i in range(30)))
-        assert sum(results) == 10
+        results = await asyncio.gather(*((a if i % 2 else b).reserve_slot(f"run_cap_{i}", *scopes[i % 3], 1.0, f"t{i}", LEASE) for i in range(45)))
+        assert sum(r is SlotAnswer.HELD for r in results) == 10
+        assert set(results) <= {SlotAnswer.HELD, SlotAnswer.DEPLOYMENT_FULL, SlotAnswer.SCOPE_FULL}
         assert (await a.counts())[0] == 10
-        assert await a.reserve_slot("run_cap_1", "s", "a", 1.0, "t1", LEASE) is results[1], "idempotent for a holder"
+        held = [r for r, i in zip(results, range(45), strict=True) if r and i % 3 == 0]
+        assert len(held) <= a.scope_share == 8
+        assert await a.reserve_slot("run_cap_1", *scopes[1], 1.0, "t1", LEASE) is results[1], "idempotent for a holder"
+        assert await a.check_integrity() == []
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_one_scope_holds_at_most_its_share_and_another_scope_still_gets_a_slot(open_store: Callable[..., RunStore]) -> None:
+    """SPEC §16.1 item 5: a scope holds at most three quarters of the cap, counted across handles (replicas)."""
+    a, b = await _two_handles(open_store, cap=4)
+    try:
+        assert a.scope_share == 3
+        results = await asyncio.gather(*((a if i % 2 else b).reserve_slot(f"run_share_{i}", "s", "greedy", 1.0, f"t{i}", LEASE) for i in range(10)))
+        assert sorted(r.value for r in results) == ["held"] * 3 + ["scope_full"] * 7
+        assert await b.reserve_slot("run_share_more", "s", "greedy", 1.0, "t", LEASE) is SlotAnswer.SCOPE_FULL
+        assert await a.reserve_slot("run_share_other", "s", "other", 1.0, "t", LEASE) is SlotAnswer.HELD, "the last quarter stays for other scopes"
+        assert await b.reserve_slot("run_share_third", "u", "greedy", 1.0, "t", LEASE) is SlotAnswer.DEPLOYMENT_FULL, "the whole cap still holds"
+        assert (await a.counts())[0] == 4
+        first = next(i for i, r in enumerate(results) if r)
+        assert await a.remove(f"run_share_{first}", f"t{first}")
+        assert await b.reserve_slot("run_share_more", "s", "greedy", 1.0, "t", LEASE) is SlotAnswer.HELD, "a freed slot of the scope is its again"
         assert await a.check_integrity() == []
     finally:
         await a.close()

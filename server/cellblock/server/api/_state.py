@@ -9,13 +9,14 @@ from typing import Any
 
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.config import CodeModeConfig
+from cellblock.server.limits import scope_share
 from cellblock.server.runs import CancelReason, make_telemetry
 
 
 class Admission:
     """Bounds the legs running at once, in all and per scope; refused legs get RESOURCE_EXHAUSTED (SPEC §3.1 item 2).
 
-    One scope may hold at most :attr:`per_scope` of the slots (``limit - limit // 4``), so a
+    One scope may hold at most :attr:`per_scope` of the slots (:func:`~cellblock.server.limits.scope_share`), so a
     quarter of them always stays for the other scopes: one tenant's burst of legs cannot
     refuse every other tenant's.
 
@@ -25,7 +26,7 @@ class Admission:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self.per_scope = max(1, limit - limit // 4)
+        self.per_scope = scope_share(limit)
         self.running = 0
         self._by_scope: dict[tuple[str, str], int] = {}
 

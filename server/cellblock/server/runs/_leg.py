@@ -35,6 +35,7 @@ from cellblock.server.runs._protocol import BridgeMethod, CellExited, DeadlineTi
 from cellblock.server.runs._snapshot_in import SnapshotIn
 from cellblock.server.runs._start import start_message_off_loop
 from cellblock.server.runs._state import PendingRequest, Run
+from cellblock.server.store import SlotAnswer
 from cellblock.server.telemetry import LegTrace
 from cellblock.server.workers import CpuPool, cpu_pool
 
@@ -52,9 +53,9 @@ class Leg(LegEnding):
         deadline: Absolute ``loop.time()`` of the leg's deadline.
         socket_base: Host directory for per-cell bridge socket directories.
         source: The prepared program for an exec leg; ``None`` when resuming.
-        reserve_slot: Awaited before the run's first dispatch or suspension; False
-            when the deployment has no suspended-run slot free (SPEC §10.7).
-        slot_cap: The deployment's suspended-run cap, quoted by [R01].
+        reserve_slot: Awaited before the run's first dispatch or suspension; a false
+            :class:`SlotAnswer` when the cap or the scope's share is reached (SPEC §10.7).
+        slot_cap: The deployment's suspended-run cap, quoted by [R01] and [R23].
         snapshot: The run's stored snapshot when resuming (``None`` for exec).
         pool: Warm cells, if the deployment keeps any.
         cell_wait_s: Bound on waiting for a cell (start and attach), outside the program's budget ([R21]).
@@ -71,7 +72,7 @@ class Leg(LegEnding):
         deadline: float,
         socket_base: str,
         source: str | None,
-        reserve_slot: Callable[[Run], Awaitable[bool]],
+        reserve_slot: Callable[[Run], Awaitable[SlotAnswer]],
         slot_cap: int,
         snapshot: bytes | None = None,
         pool: WarmPool | None = None,

@@ -14,10 +14,11 @@ from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells
 from cellblock.server.runs._guest_failure import completed_outcome, guest_failure
-from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, LegOutcome, RunStatus, failed
+from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, LegOutcome, RunStatus, failed, slot_refused
 from cellblock.server.runs._reuse_rule import clean_end, reusable
 from cellblock.server.runs._settle import SettleLoop
 from cellblock.server.runs._snapshot_in import SnapshotIn
+from cellblock.server.store import SlotAnswer
 from cellblock.server.telemetry import LegTrace
 
 
@@ -103,9 +104,10 @@ class LegEnding(SettleLoop):
             self.trace.snapshot_stored(size, suspended.raw_bytes, error="snapshot_limit_exceeded")
             return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(size, run.limits.max_snapshot_bytes))
         data = self._snapshot_in.data()
-        if not run.holds_slot and not await self._reserve_slot(run):
+        answer = SlotAnswer.HELD if run.holds_slot else await self._reserve_slot(run)
+        if not answer:
             self.abandon_dispatched()
-            return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r01(self.slot_cap))
+            return slot_refused(answer, self.slot_cap)
         # The runner parks the run: its record and snapshot in one store transaction.
         run.snapshot_bytes = len(data)
         self.trace.snapshot_stored(len(data), suspended.raw_bytes)

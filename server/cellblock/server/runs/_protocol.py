@@ -23,6 +23,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
+from cellblock.server import messages as msg
+from cellblock.server.limits import scope_share
+from cellblock.server.store import SlotAnswer
 
 if TYPE_CHECKING:
     from cellblock.server.catalog import CatalogEntry
@@ -251,11 +254,11 @@ class SlotReserved:
     """The run store answered the slot reservation of the run's first dispatch (SPEC §10.7).
 
     Attributes:
-        granted: True when the run now holds a suspended-run slot; False when the
-            deployment had none free (the run fails with [R01]).
+        granted: The store's answer: true (:attr:`SlotAnswer.HELD`) when the run now
+            holds a suspended-run slot; else why not (the run fails with [R01] or [R23]).
     """
 
-    granted: bool
+    granted: SlotAnswer
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,17 @@ class LegOutcome:
 def failed(code: ErrorCode, message: str, phase: FailurePhase = FailurePhase.HOST) -> LegOutcome:
     """Builds a failed outcome."""
     return LegOutcome(status=RunStatus.FAILED, code=code, message=message, phase=phase)
+
+
+def slot_refused(answer: SlotAnswer, cap: int) -> LegOutcome:
+    """The failure of a run the store refused a suspended-run slot: [R23] over its scope's share, else [R01].
+
+    Args:
+        answer: The store's refusal (anything but :attr:`SlotAnswer.HELD`).
+        cap: The deployment's suspended-run cap.
+    """
+    text = msg.r23(scope_share(cap), cap) if answer is SlotAnswer.SCOPE_FULL else msg.r01(cap)
+    return failed(ErrorCode.RUNTIME_UNAVAILABLE, text)
 
 
 @dataclass(frozen=True)

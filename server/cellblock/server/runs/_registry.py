@@ -26,7 +26,7 @@ from cellblock.server.runs._policy import reject
 from cellblock.server.runs._protocol import ClaimBusy, ClaimCancelled, Claimed, ClaimForeign, ClaimResult, ClaimUnknown, Provenance
 from cellblock.server.runs._start import join_bytes
 from cellblock.server.runs._state import PendingRequest, Run
-from cellblock.server.store import DEFAULT_LEASE_SECONDS, Claim, MemoryRunStore, Park, RunRecord, RunStore
+from cellblock.server.store import DEFAULT_LEASE_SECONDS, Claim, MemoryRunStore, Park, RunRecord, RunStore, SlotAnswer
 from cellblock.server.telemetry import end_open_tool_calls, end_tool_call
 
 log = structlog.get_logger("cellblock.runs")
@@ -102,7 +102,7 @@ class RunRegistry:
         self._spans: dict[str, tuple[float, dict[str, Any]]] = {}
         self._hosted: dict[str, list[HostedOutcome]] = {}
         #: Slot reservations the store is still answering, by run id (a leg may end meanwhile).
-        self._reserving: dict[str, asyncio.Future[bool]] = {}
+        self._reserving: dict[str, asyncio.Future[SlotAnswer]] = {}
         #: Claims whose wait was cancelled while the store answered, being given back.
         self._unclaiming: set[asyncio.Future[None]] = set()
         #: ``(slots held, suspended runs)`` in the deployment at the last sweep (metrics).
@@ -117,10 +117,14 @@ class RunRegistry:
         return self._leases.setdefault(run.run_id, secrets.token_hex(16))
 
     # ------------------------------------------------------------------ slots and parking
-    async def reserve_slot(self, run: Run) -> bool:
-        """Gives ``run`` a slot if the deployment has one free; True when it holds one."""
+    async def reserve_slot(self, run: Run) -> SlotAnswer:
+        """Gives ``run`` a slot if the deployment has one free and its scope is under its share.
+
+        Returns:
+            :attr:`SlotAnswer.HELD` (true) when it holds one, else the store's refusal (false).
+        """
         if run.holds_slot:
-            return True
+            return SlotAnswer.HELD
         pending = self._reserving.get(run.run_id)
         if pending is None:
             pending = asyncio.ensure_future(self.store.reserve_slot(run.run_id, run.session_id, run.agent_run_id, run.created_at, self._token(run), self.lease_seconds))
@@ -130,7 +134,7 @@ class RunRegistry:
         self._reserving.pop(run.run_id, None)
         if reserved:
             run.holds_slot = True
-        return run.holds_slot
+        return SlotAnswer.HELD if run.holds_slot else reserved
 
     async def _settle_reservation(self, run: Run) -> None:
         """Waits for a slot reservation still in flight, so that an ending run frees what it got."""

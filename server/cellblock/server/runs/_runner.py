@@ -264,8 +264,9 @@ class Runner:
         leg = self._leg(run, ports, deadline, None, snapshot)
         # Dispatch what a yield, the deadline or restart safety held back;
         # in-flight calls keep running (SPEC §10.6 item 3).
-        if not await leg.dispatch_held():
-            return await self._project(run, failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r01(self.registry.cap)), telemetry(), [])
+        refused = await leg.dispatch_held()
+        if refused is not None:
+            return await self._project(run, refused, telemetry(), [])
         outcome = await leg.await_results()
         if outcome is not None:
             return await self._project(run, outcome, telemetry(), [])

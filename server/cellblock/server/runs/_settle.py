@@ -34,8 +34,10 @@ from cellblock.server.runs._protocol import (
     TimerDue,
     ToolOutcome,
     failed,
+    slot_refused,
 )
 from cellblock.server.runs._state import PendingRequest, Run
+from cellblock.server.store import SlotAnswer
 
 log = structlog.get_logger("cellblock.leg")
 
@@ -47,12 +49,13 @@ class SettleLoop:
         run: The run (state persists across legs).
         ports: The leg's port; its queue carries every event of the leg.
         deadline: Absolute ``loop.time()`` of the leg's deadline.
-        reserve_slot: Awaited before the run's first dispatch or suspension; False
-            when the deployment has no suspended-run slot free (SPEC §10.7).
-        slot_cap: The deployment's suspended-run cap, quoted by [R01].
+        reserve_slot: Awaited before the run's first dispatch or suspension; false
+            (a :class:`SlotAnswer` refusal) when the deployment has no slot free or the
+            run's scope holds its share (SPEC §10.7).
+        slot_cap: The deployment's suspended-run cap, quoted by [R01] and [R23].
     """
 
-    def __init__(self, run: Run, ports: LegPorts, *, deadline: float, reserve_slot: Callable[[Run], Awaitable[bool]], slot_cap: int) -> None:
+    def __init__(self, run: Run, ports: LegPorts, *, deadline: float, reserve_slot: Callable[[Run], Awaitable[SlotAnswer]], slot_cap: int) -> None:
         self.run_ = run
         self.ports = ports
         self.deadline = deadline
@@ -191,18 +194,20 @@ class SettleLoop:
         """Dispatches a call that waited for the run's slot (the leg rechecks its deadline)."""
         self.dispatch(p)
 
-    async def dispatch_held(self) -> bool:
+    async def dispatch_held(self) -> LegOutcome | None:
         """Dispatches what a yield, the deadline or restart safety held back (SPEC §10.6 item 3).
 
         Returns:
-            False when the run could not get a suspended-run slot (the run fails with [R01]).
+            The [R01] or [R23] failure when the run could not get a suspended-run slot, else ``None``.
         """
         held = [p for p in self.run_.pending.values() if dispatchable(p)]
-        if held and not self.run_.holds_slot and not await self._reserve_slot(self.run_):
-            return False
+        if held and not self.run_.holds_slot:
+            answer = await self._reserve_slot(self.run_)
+            if not answer:
+                return slot_refused(answer, self.slot_cap)
         for p in held:
             dispatch_request(self.run_, self.ports, p)
-        return True
+        return None
 
     def abandon_dispatched(self) -> None:
         """Tells the runtime about every dispatched call that has no result (SPEC §3.6)."""
@@ -219,7 +224,7 @@ class SettleLoop:
         """Handles the events that need no cell: cancel, tool results, timers, hosted settlements.
 
         Returns:
-            The aborted outcome on :class:`Cancelled`, the [R01] failure on a refused
+            The aborted outcome on :class:`Cancelled`, the [R01]/[R23] failure on a refused
             :class:`SlotReserved`, else ``None``.
         """
         match event:
@@ -240,7 +245,7 @@ class SettleLoop:
                 held, self._awaiting_slot = self._awaiting_slot, []
                 if not granted:
                     self.abandon_dispatched()
-                    return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r01(self.slot_cap))
+                    return slot_refused(granted, self.slot_cap)
                 for p in held:
                     self.redispatch(p)
             case HostedSettled(bridge_id=bridge_id):

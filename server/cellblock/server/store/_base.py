@@ -14,9 +14,12 @@ clock (:meth:`RunStore.now`), so any replica can sweep and take over.
 from __future__ import annotations
 
 import abc
+import enum
 import hashlib
 from dataclasses import dataclass, replace
 from typing import Literal, TypeAlias
+
+from cellblock.server.limits import scope_share
 
 #: A record's state. ``active``: a leg holds (or held) it; ``suspended``: parked with a
 #: snapshot, no leg; ``cancelled``: a tombstone until the run's original expiry (SPEC §3.6).
@@ -160,6 +163,21 @@ def refused_claim(record: RunRecord, session_id: str, agent_run_id: str, now: fl
     return None
 
 
+class SlotAnswer(enum.Enum):
+    """The store's answer to :meth:`RunStore.reserve_slot`; true only when the run holds a slot."""
+
+    HELD = "held"
+    DEPLOYMENT_FULL = "deployment_full"
+    """The deployment's cap is reached ([R01])."""
+    SCOPE_FULL = "scope_full"
+    """The run's scope holds its share of the cap (:func:`~cellblock.server.limits.scope_share`, [R23])."""
+    CANCELLED = "cancelled"
+    """The run was cancelled (a tombstone)."""
+
+    def __bool__(self) -> bool:
+        return self is SlotAnswer.HELD
+
+
 class RunStore(abc.ABC):
     """Durable, shared storage of runs that hold a slot or are suspended (SPEC §16.1).
 
@@ -168,7 +186,8 @@ class RunStore(abc.ABC):
     replica that lost a run can never overwrite the run's newer state.
 
     Args:
-        cap: The deployment's suspended-run cap (SPEC §2.3, §16.1 item 5).
+        cap: The deployment's suspended-run cap (SPEC §2.3, §16.1 item 5); one scope may
+            hold at most ``scope_share`` of it (:func:`~cellblock.server.limits.scope_share`).
     """
 
     #: The ``CELLBLOCK_STORE`` scheme (``memory``, ``sqlite``, ``postgresql``).
@@ -176,6 +195,7 @@ class RunStore(abc.ABC):
 
     def __init__(self, cap: int) -> None:
         self.cap = cap
+        self.scope_share = scope_share(cap)
 
     @abc.abstractmethod
     async def open(self) -> None:
@@ -194,14 +214,17 @@ class RunStore(abc.ABC):
         """The store's clock, in epoch seconds (the database server's for PostgreSQL)."""
 
     @abc.abstractmethod
-    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> bool:
-        """Takes a suspended-run slot for a run, atomically against the cap.
+    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> SlotAnswer:
+        """Takes a suspended-run slot for a run, atomically against the cap and its scope's share.
 
         Creates the run's ``active`` record, leased to the caller. Idempotent for a
-        run that already holds a slot.
+        run that already holds a slot. The scope's held slots and the deployment's
+        are counted in the same transaction (or lock) as the insert.
 
         Returns:
-            False when the deployment's cap is reached (nothing is written).
+            :attr:`SlotAnswer.HELD` when the run holds a slot; else why not (nothing
+            is written): its scope (``session_id``, ``agent_run_id``) already holds
+            :attr:`scope_share` slots, the deployment holds ``cap``, or the run was cancelled.
         """
 
     @abc.abstractmethod

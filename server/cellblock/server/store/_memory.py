@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from cellblock.server.store._base import Claim, Park, RenewStatus, RunRecord, RunStore, refused_claim, snapshot_digest
+from cellblock.server.store._base import Claim, Park, RenewStatus, RunRecord, RunStore, SlotAnswer, refused_claim, snapshot_digest
 
 
 class MemoryRunStore(RunStore):
@@ -38,15 +38,18 @@ class MemoryRunStore(RunStore):
             return free and (r.snapshot_size == 0 or r.expires_at <= now)
         return r.expires_at <= now
 
-    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> bool:
+    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> SlotAnswer:
         now = time.time()
         row = self._rows.get(run_id)
         if row is not None:
-            return row.state != "cancelled" and row.holds_slot
-        if sum(1 for r in self._rows.values() if r.holds_slot) >= self.cap:
-            return False
+            return SlotAnswer.HELD if row.state != "cancelled" and row.holds_slot else SlotAnswer.CANCELLED
+        held = [r for r in self._rows.values() if r.holds_slot]
+        if sum(1 for r in held if (r.session_id, r.agent_run_id) == (session_id, agent_run_id)) >= self.scope_share:
+            return SlotAnswer.SCOPE_FULL
+        if len(held) >= self.cap:
+            return SlotAnswer.DEPLOYMENT_FULL
         self._rows[run_id] = RunRecord(run_id, session_id, agent_run_id, "active", created_at, holds_slot=True, lease_token=lease_token, lease_until=now + lease_seconds)
-        return True
+        return SlotAnswer.HELD
 
     async def park(self, park: Park, lease_token: str) -> float | None:
         row = self._rows.get(park.run_id)

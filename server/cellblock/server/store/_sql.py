@@ -16,7 +16,18 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cellblock.server.store._base import Claim, Park, RecordState, RenewStatus, RunRecord, RunStore, StoreUnavailableError, refused_claim, snapshot_digest
+from cellblock.server.store._base import (
+    Claim,
+    Park,
+    RecordState,
+    RenewStatus,
+    RunRecord,
+    RunStore,
+    SlotAnswer,
+    StoreUnavailableError,
+    refused_claim,
+    snapshot_digest,
+)
 
 TABLE = "cellblock_runs"
 _HEADER = (
@@ -137,25 +148,32 @@ class SqlRunStore(RunStore):
                 await tx.run("INSERT INTO cellblock_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)", version, name, await self.tx_now(tx))
 
     # ------------------------------------------------------------------ slots and parking
-    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> bool:
+    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> SlotAnswer:
         async with self.transaction() as tx:
             now = await self.tx_now(tx)
             await self.lock_slots(tx)
             row = await tx.one(f"SELECT holds_slot, state FROM {TABLE} WHERE run_id = ?{self.for_update}", run_id)
             if row is not None and row[1] != "cancelled" and row[0]:
-                return True
+                return SlotAnswer.HELD
             if row is not None:
-                return False  # a tombstone: the run was cancelled
-            held = await tx.one(f"SELECT count(*) FROM {TABLE} WHERE holds_slot = 1")
-            if held is not None and int(held[0]) >= self.cap:
-                return False
+                return SlotAnswer.CANCELLED  # a tombstone: the run was cancelled
+            # Both counts under the cap lock, in the insert's transaction (SPEC §16.1 item 5).
+            # Each count on its own index (cellblock_runs_slots, cellblock_runs_scope), in one round trip; the unary
+            # plus keeps SQLite's planner (no statistics) off the slots index for the scope's count.
+            scope_held = f"SELECT count(*) FROM {TABLE} WHERE session_id = ? AND agent_run_id = ? AND +holds_slot = 1"
+            held = await tx.one(f"SELECT (SELECT count(*) FROM {TABLE} WHERE holds_slot = 1), ({scope_held})", session_id, agent_run_id)
+            total, scope = (int(held[0]), int(held[1])) if held is not None else (0, 0)
+            if scope >= self.scope_share:
+                return SlotAnswer.SCOPE_FULL
+            if total >= self.cap:
+                return SlotAnswer.DEPLOYMENT_FULL
             await tx.run(
                 f"INSERT INTO {TABLE} (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
                 "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
                 "VALUES (?, ?, ?, 'active', ?, 0, 1, 0, ?, 0, '', 'inline', '', ?, ?, ?)",
                 run_id, session_id, agent_run_id, created_at, b"", lease_token, now + lease_seconds, now,
             )
-            return True
+            return SlotAnswer.HELD
 
     async def park(self, park: Park, lease_token: str) -> float | None:
         async with self.transaction() as tx:

@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cellblock.server.store._base import Claim, Park, RenewStatus, RunRecord, StoreUnavailableError
+from cellblock.server.store._base import Claim, Park, RenewStatus, RunRecord, SlotAnswer, StoreUnavailableError
 from cellblock.server.store._sql import SqlRunStore, Tx
 
 _T = TypeVar("_T")
@@ -214,7 +214,7 @@ class SqliteRunStore(SqlRunStore):
     async def now(self) -> float:
         return await self._whole(lambda: SqlRunStore.now(self))
 
-    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> bool:
+    async def reserve_slot(self, run_id: str, session_id: str, agent_run_id: str, created_at: float, lease_token: str, lease_seconds: float) -> SlotAnswer:
         return await self._whole(lambda: SqlRunStore.reserve_slot(self, run_id, session_id, agent_run_id, created_at, lease_token, lease_seconds), _PROCESS_DURABLE)
 
     async def park(self, park: Park, lease_token: str) -> float | None:
