@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.server.runs import _leg
-from tests.support.bridge_oracle import VALUE_DEPTH, expect
 from tests.support.bridge_oracle import METHODS as VALID_METHODS
+from tests.support.bridge_oracle import VALUE_DEPTH, expect
 from tests.support.fuzz_cells import TIMEOUT_MS, FuzzCells, check_leg, run_drawn
 
 EXAMPLES = int(os.environ.get("CELLBLOCK_FUZZ_EXAMPLES", "4"))

@@ -15,8 +15,8 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.server.catalog import strict_json
+from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.server.logging import error_head
 from cellblock.server.runs._protocol import ErrorCode, FailurePhase, LegOutcome, Provenance, RunStatus, failed
 from cellblock.server.runs._state import Run

@@ -18,8 +18,8 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.server.catalog import BridgeReplyError, strict_json
+from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.server.runs._large_json import JsonText
 from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import LegPorts
