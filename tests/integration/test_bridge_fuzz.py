@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from cellblock.bridge.v1 import bridge_service_pb2 as pb
 from cellblock.server.runs import _leg
-from tests.support.bridge_oracle import DEEP_DEPTH, SHALLOW_DEPTH, expect
 from tests.support.bridge_oracle import METHODS as VALID_METHODS
+from tests.support.bridge_oracle import VALUE_DEPTH, expect
 from tests.support.fuzz_cells import TIMEOUT_MS, FuzzCells, check_leg, run_drawn
 
 EXAMPLES = int(os.environ.get("CELLBLOCK_FUZZ_EXAMPLES", "4"))
@@ -40,6 +40,8 @@ EXAMPLES = int(os.environ.get("CELLBLOCK_FUZZ_EXAMPLES", "4"))
 pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.timeout(120 + 20 * EXAMPLES)]
 METHODS = [*VALID_METHODS, "bogus", ""]
 
+#: ``[...]`` nested ``d`` levels: around the value nesting bound (the host counts it exactly) or far beyond it.
+deep_texts = st.one_of(st.integers(1, 40), st.integers(VALUE_DEPTH - 56, VALUE_DEPTH + 64), st.integers(1000, 3000)).map(lambda d: "[" * d + "]" * d)
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=16),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
@@ -55,9 +57,9 @@ args_json = st.one_of(
     json_values.map(json.dumps),
     st.text(max_size=40),
     not_quite_json,
-    # Deep arrays, away from the parser's bound (the recursion limit, 1000 frames, less the caller's stack):
-    # SPEC §8.4 item 6 says only "deeper than the host can serialise", so the band around it is left out.
-    st.one_of(st.integers(1, SHALLOW_DEPTH), st.integers(DEEP_DEPTH, 3000)).map(lambda d: "[" * d + "]" * d),
+    # Deep arrays: around the value nesting bound (each argument at most VALUE_DEPTH levels, the
+    # array that holds them one more; SPEC §8.8 rule 7) and beyond the host's parser (about 950).
+    deep_texts,
 )
 #: Counters of every shape a bridge id may be polluted with (SPEC §8.2 item 2).
 polluted_n = st.one_of(
@@ -89,12 +91,13 @@ output = st.one_of(
     json_values.map(lambda v: json.dumps({"type": "json", "value": v})),
     st.text(max_size=16).map(lambda t: json.dumps({"type": "text", "text": t})),
     st.sampled_from(['{"type": "json", "value": NaN}', '{"type": "text", "text": 1}', '{"type": "json"}', "5", "[1]"]),
+    deep_texts.map(lambda t: '{"type": "json", "value": ' + t + "}"),
     st.text(max_size=40),
 ).map(lambda e: pb.AttachRequest(output=pb.GuestOutput(entry_json=e)).SerializeToString())
 idle = st.integers(-3, 10**12).map(lambda n: pb.AttachRequest(idle=pb.Idle(host_work=n)).SerializeToString())
 chunk = st.builds(lambda d, last: pb.AttachRequest(snapshot_chunk=pb.SnapshotChunk(data=d, last=last)).SerializeToString(), st.binary(max_size=256), st.booleans())
 end = st.one_of(
-    st.one_of(json_values.map(json.dumps), st.text(max_size=30), not_quite_json).map(lambda v: pb.LegEnd(completed=pb.Completed(value_json=v))),
+    st.one_of(json_values.map(json.dumps), st.text(max_size=30), not_quite_json, deep_texts).map(lambda v: pb.LegEnd(completed=pb.Completed(value_json=v))),
     st.builds(lambda k, msg, b: pb.LegEnd(failed=pb.Failed(kind=k, message=msg, rejection_bridge_id=b)), st.integers(0, 12), st.one_of(st.text(max_size=60), st.text(max_size=40).map(json.dumps)), st.text(max_size=20)),
     st.builds(lambda r, s: pb.LegEnd(suspended=pb.Suspended(raw_bytes=r, snapshot_bytes=s)), st.integers(-1, 10**12), st.one_of(st.just(0), st.integers(-1, 10**12))),
     st.just(pb.LegEnd()),
@@ -184,12 +187,12 @@ async def test_yields_nested_down_to_the_drawn_depths_get_their_documented_answe
     The host answered it although the oracle had counted the ``yield`` as parking the leg. The plans ran inside hypothesis's test body, whose raised recursion limit (about 2000, process-wide)
     put the host's depth bound (1950-1957 levels) and the oracle's (1959-1966) inside the depths drawn
     as too deep: a ``yield`` between them was rejected by the host ([B23]) and did not park the leg, so
-    the host answered the next deep request. Here a ``yield`` at each depth from 2100 down to the
-    shallowest drawn as too deep, each followed by a ``search`` nested 2263 deep, and a ``suspended``
-    end: at the service's own limit every one is too deep for the host, so each is rejected at once,
-    nothing parks and the end is one the host did not ask for ([R17]).
+    the host answered the next deep request. The host now counts the value nesting bound exactly, at
+    any recursion limit. Here a ``yield`` at each depth from 2100 down to 1100, each followed by a
+    ``search`` nested 2263 deep, and a ``suspended`` end: every one is too deep, so each is rejected
+    at once, nothing parks and the end is one the host did not ask for ([R17]).
     """
-    depths = range(2100, DEEP_DEPTH - 1, -1)
+    depths = range(2100, 1099, -1)
     deep_search = "[" * 2263 + "]" * 2263
     messages = [m for n, d in enumerate(depths, 1) for m in (_request(f"bridge:yield:{n}", "yield", "[" * d + "]" * d, 0), _request(f"bridge:search:{n}", "search", deep_search, 0))]
     messages.append(pb.AttachRequest(end=pb.LegEnd(suspended=pb.Suspended(raw_bytes=0, snapshot_bytes=0))).SerializeToString())
@@ -231,5 +234,53 @@ async def test_requests_read_after_a_yield_are_not_answered_whichever_path_reads
             leg = await cells.run(True, plan, expected)
             check_leg(expected, leg)
             assert [b for b, _, _ in leg.host] == ["bridge:call:1"], "only the request read before the yield is answered"
+
+        assert await run_drawn(st.just(messages), 1, one) == 1
+
+
+def _nest(depth: int) -> str:
+    """``[...]`` nested ``depth`` levels of arrays."""
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(("final_depth", "final"), [(VALUE_DEPTH, "completed"), (VALUE_DEPTH + 1, "R15"), (600, "R15")])
+async def test_the_host_counts_the_value_nesting_bound_on_every_path(docker_client: Any, monkeypatch: pytest.MonkeyPatch, final_depth: int, final: str) -> None:
+    """A tampered cell's values one level past the bound are refused by the host, exactly (SPEC §8.8 rule 7).
+
+    Before, the host refused only what its parser could not read (about 950 levels, moving with
+    the recursion limit and the stack): arguments 257-950 deep were admitted. Each argument at
+    ``VALUE_DEPTH`` levels is admitted, at ``VALUE_DEPTH + 1`` and 600 it gets [B23], read on the
+    loop or (over 64 KiB) in a worker for ``call``/``callValue``/``namespace``; an output entry's
+    value one level too deep is dropped; the final value past the bound fails the run with [R15].
+    """
+    pad = " " * 70_000
+
+    def long(argument_depth: int) -> str:  # an argument of ``argument_depth`` levels, read in a worker
+        return '["host:core:echo", {"pad": "' + pad + '", "v": ' + _nest(argument_depth - 1) + "}]"
+
+    messages = [
+        _request("bridge:search:1", "search", "[" + _nest(VALUE_DEPTH) + "]", 0),
+        _request("bridge:search:2", "search", "[" + _nest(VALUE_DEPTH + 1) + "]", 0),
+        _request("bridge:yield:1", "yield", "[" + _nest(600) + "]", 0),
+        _request("bridge:call:1", "call", '["host:core:echo", ' + _nest(VALUE_DEPTH + 1) + "]", 0),
+        _request("bridge:call:2", "call", long(VALUE_DEPTH + 1), 0),
+        _request("bridge:callValue:1", "callValue", long(600), 0),
+        _request("bridge:namespace:1", "namespace", '["host", "core", ' + _nest(VALUE_DEPTH + 1)[:-1] + ', "' + pad + '"]]', 0),
+        _request("bridge:callValue:2", "callValue", long(VALUE_DEPTH), 0),
+        pb.AttachRequest(output=pb.GuestOutput(entry_json='{"type": "json", "value": ' + _nest(VALUE_DEPTH) + "}")).SerializeToString(),
+        pb.AttachRequest(output=pb.GuestOutput(entry_json='{"type": "json", "value": ' + _nest(VALUE_DEPTH + 1) + "}")).SerializeToString(),
+        pb.AttachRequest(end=pb.LegEnd(completed=pb.Completed(value_json=_nest(final_depth)))).SerializeToString(),
+    ]
+    async with FuzzCells.start(monkeypatch) as cells:
+
+        async def one(plan: list[bytes]) -> None:
+            expected = expect(plan, good_token=True, timeout_ms=TIMEOUT_MS, memory_limit_bytes=cells.memory_limit_bytes)
+            kinds = ["accepted", "B23", "B23", "B23", "B23", "B23", "B23", "accepted", "output", "dropped", "ends the leg"]
+            assert [a.kind for a in expected.answers] == kinds
+            assert expected.end is not None and expected.end.answer == final
+            leg = await cells.run(True, plan, expected)
+            check_leg(expected, leg)
+            rejected = {b for b, ok, m in leg.host if not ok and "nested too deeply" in m}
+            assert rejected == {"bridge:search:2", "bridge:yield:1", "bridge:call:1", "bridge:call:2", "bridge:callValue:1", "bridge:namespace:1"}
 
         assert await run_drawn(st.just(messages), 1, one) == 1

@@ -10,9 +10,8 @@ Answer classes of a message the host reads (:class:`Answer` ``kind``):
 ==================  ==========================================================================
 ``P01``-``P03``,    a protocol violation (SPEC §14.5): a ``Settle`` rejecting it at once with the
 ``P05``             exact message, for the id it carried (cut to 256 characters); never pending
-``B23``             arguments nested deeper than the host serialises (SPEC §8.4 item 6): rejected
-                    (at least ``DEEP_DEPTH`` deep; nothing between ``SHALLOW_DEPTH`` and it is
-                    documented, see :func:`check_recursion_limit`), not answered once parking
+``B23``             an argument nested deeper than ``VALUE_DEPTH`` levels (SPEC §8.8 rule 7, the
+                    host's second layer): rejected, not answered once parking
 ``accepted``        a request the host admits: answered by its own processing (a value or a B-code
                     rejection), at most once and never with a P-code; ``search``/``describe`` are
                     answered at once unless the leg is parking
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,17 +45,13 @@ _ID_DIGITS = re.compile(r"[1-9][0-9]{0,15}")
 ID_ECHO_CHARS = 256
 #: Answers that are ``Settle`` rejections the host sends as soon as it reads the message.
 REJECTIONS = frozenset({"P01", "P02", "P03", "P05", "B23"})
-#: SPEC §8.4 item 6 names no depth: the host's JSON parser and serialiser give up at the
-#: interpreter's recursion limit less the stack they run on, which differs between the loop
-#: and a worker and moves with ``sys.setrecursionlimit`` (hypothesis raises it, process-wide, to
-#: its own stack depth plus 2000 while it runs a test body). At the service's limit (1000) that
-#: bound lies between these two depths wherever the host parses: the oracle documents JSON
-#: texts nested at most ``SHALLOW_DEPTH`` deep (read) or at least ``DEEP_DEPTH`` deep (too deep
-#: for the host), and refuses to predict the band between.
-SHALLOW_DEPTH = 600
-DEEP_DEPTH = 1100
-#: Frames the host's stack may take below the parser (the service's coroutines, the test's runner).
-_HOST_STACK_FRAMES = 250
+#: The value nesting bound (SPEC §2.3 "Value nesting", §8.8 rule 7): the host counts it exactly
+#: on what a cell sends, whatever the interpreter's recursion limit (hypothesis raises it while it
+#: runs a test body), so a value at most this deep is read and one level more is too deep: each
+#: argument of a request ([B23]), the final value ([R15]), an output entry's value (dropped).
+#: The fuzzer's deep texts are well-formed; a malformed one nested deeper has no documented answer
+#: (the host's parser meets its error or its recursion limit first).
+VALUE_DEPTH = 256
 #: A JSON string (skipped) or a bracket, for :func:`nesting`.
 _STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
 
@@ -145,7 +139,7 @@ def as_doubles(value: Any) -> Any:
 
 
 class TooDeepError(Exception):
-    """A JSON text nested at least :data:`DEEP_DEPTH` deep: deeper than the host parses or serialises."""
+    """A JSON text nested deeper than its bound (:data:`VALUE_DEPTH`, plus the arguments' array or the entry's object)."""
 
 
 def nesting(text: str) -> int:
@@ -164,35 +158,19 @@ def nesting(text: str) -> int:
     return deepest
 
 
-def check_recursion_limit() -> None:
-    """Asserts the host's depth bound lies between :data:`SHALLOW_DEPTH` and :data:`DEEP_DEPTH` now.
-
-    Raises:
-        AssertionError: The interpreter's recursion limit (process-wide) puts the host's bound
-            elsewhere: a plan run inside a hypothesis test body (which raises the limit by about
-            2000) would have texts the oracle calls too deep read by the host, or the reverse.
-    """
-    limit = sys.getrecursionlimit()
-    assert SHALLOW_DEPTH + _HOST_STACK_FRAMES <= limit <= DEEP_DEPTH, (
-        f"the recursion limit is {limit}: the host's JSON depth bound is not between {SHALLOW_DEPTH} and {DEEP_DEPTH} levels, where the oracle documents it "
-        "(run plans outside hypothesis's test body, tests/support/fuzz_cells.py run_drawn)"
-    )
-
-
-def _loads(text: str) -> Any:
+def _loads(text: str, bound: int) -> Any:
     """RFC 8259 JSON: ``NaN`` and ``Infinity`` are not JSON; numbers are doubles (SPEC §0.3).
+
+    Args:
+        text: The JSON text.
+        bound: The deepest nesting it may have, levels.
 
     Raises:
         ValueError: ``text`` is not JSON.
-        TooDeepError: ``text`` nests at least :data:`DEEP_DEPTH` deep.
-        AssertionError: It nests deeper than :data:`SHALLOW_DEPTH` and less deep than
-            :data:`DEEP_DEPTH`, where the host's bound lies (no answer is documented).
+        TooDeepError: ``text`` nests deeper than ``bound``.
     """
-    depth = nesting(text)
-    if depth >= DEEP_DEPTH:
+    if nesting(text) > bound:
         raise TooDeepError
-    if depth > SHALLOW_DEPTH:
-        raise AssertionError(f"the oracle documents no answer for JSON nested {depth} deep (between {SHALLOW_DEPTH} and {DEEP_DEPTH})")
     return json.loads(text, parse_constant=_not_json, parse_int=_number)
 
 
@@ -261,7 +239,7 @@ class _Model:
             return Answer("P03", echo, msg.p03(r.bridge_id), True)
         too_deep = False
         try:
-            args = _loads(r.args_json)
+            args = _loads(r.args_json, VALUE_DEPTH + 1)  # the array holds the arguments
         except TooDeepError:
             args, too_deep = [], True
         except ValueError:
@@ -271,7 +249,7 @@ class _Model:
             return Answer("P05", echo, msg.p05(r.bridge_id), True)
         self.seen.add(r.bridge_id)
         self.counters[r.method] = max(self.counters.get(r.method, 0), n)
-        if too_deep:  # deeper than the host's parser
+        if too_deep:  # an argument deeper than the bound
             self.input.add(r.bridge_id)
             nested = r.method in ("call", "callValue", "namespace")
             return Answer("B23", echo, msg.b23(r.method), not self.suspend_sent, (msg.b24(self.max_pending),) if nested else ())
@@ -299,9 +277,9 @@ class _Model:
         invalid = LegEnd("R17", "failed", ("internal_error",), msg.R17, "host")
         if which == "completed":
             try:
-                return LegEnd("completed", "completed", value=_loads(e.completed.value_json))
+                return LegEnd("completed", "completed", value=_loads(e.completed.value_json, VALUE_DEPTH))
             except TooDeepError:
-                return LegEnd("R15", "failed", ("output_limit_exceeded",), msg.r15("nesting is too deep for the serialiser"), "host")
+                return LegEnd("R15", "failed", ("output_limit_exceeded",), msg.r15(f"nesting is deeper than {VALUE_DEPTH} levels"), "host")
             except ValueError:
                 return invalid
         if which == "suspended":
@@ -348,12 +326,7 @@ def expect(messages: list[bytes], *, good_token: bool, timeout_ms: int, memory_l
 
     Returns:
         The answers, the number of messages read, the leg's end and the output the caller sees.
-
-    Raises:
-        AssertionError: Called where the host's JSON depth bound is not the one the oracle
-            documents (:func:`check_recursion_limit`), or for a text in the band it leaves out.
     """
-    check_recursion_limit()
     out = Expected()
     if not good_token:
         # A wrong token never attaches; the agent exits 0 (SPEC §11.4, [R13]).
@@ -374,7 +347,7 @@ def expect(messages: list[bytes], *, good_token: bool, timeout_ms: int, memory_l
             out.answers.append(model.request(m.request))
         elif which == "output":
             try:
-                entry = _loads(m.output.entry_json)
+                entry = _loads(m.output.entry_json, VALUE_DEPTH + 1)  # the object holds the value
             except (ValueError, TooDeepError):
                 entry = None
             ok = _is_entry(entry)

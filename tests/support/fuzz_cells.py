@@ -166,9 +166,10 @@ async def run_drawn(strategy: st.SearchStrategy[_T], examples: int, one: Callabl
 
     The plans run after hypothesis is done, not inside its test body: while hypothesis runs a
     test body it raises the interpreter's recursion limit (process-wide, so for the service's
-    event loop too) to its own stack depth plus 2000, which moves the host's JSON depth bound
-    (SPEC §8.4 item 6) from below 1000 levels into the depths the fuzzer draws as too deep; the
-    oracle documents the bound of the service's own limit (``bridge_oracle.check_recursion_limit``).
+    event loop too) to its own stack depth plus 2000, which once moved the host's JSON depth bound
+    (then its parser's) into the depths the fuzzer draws as too deep. The host now counts the value
+    nesting bound exactly (SPEC §8.8 rule 7), but the service should still run at its own limit:
+    the stack left to every other recursive step is the one it has in production.
     No shrinking: every step would start a real cell again; a failing plan is reported as drawn.
 
     Args:

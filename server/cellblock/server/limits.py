@@ -208,6 +208,12 @@ at this depth on each of its paths (its deepest-recursing one, the writer of flo
 ``json.dumps`` spells differently, stops near 300 under the interpreter's recursion limit of
 1000). ``controller.js`` writes this number itself (``MAX_VALUE_DEPTH``); a unit test
 compares the two.
+
+The host counts the same bound as its second layer, for a tampered cell: on each such value
+it reads (``catalog.strict_json(text, max_depth)``, counted on the text by
+``catalog.nests_deeper``, never by the recursion limit) a request's arguments (the array
+holding them one level more; on the loop or in a worker) get [B23], a final value [R15], an
+output entry is dropped and logged (SPEC §8.4 item 6).
 """
 
 SMALL_JOB_CHARS = 16 * 1024

@@ -29,7 +29,7 @@ from ._offload import SCHEMA_FIELDS, GuestData, Problem, SchemaTexts, checked_re
 from ._persist import entry_state, view_from_state, view_state
 from ._search import search_model
 from ._surface import SurfaceDefinition, exec_description, surface_definitions, tool_surface
-from ._text import compact_json, js_trim, strict_json
+from ._text import compact_json, js_trim, nests_deeper, strict_json
 
 __all__ = [
     "SCHEMA_FIELDS",
@@ -53,6 +53,7 @@ __all__ = [
     "exec_description",
     "guest_data",
     "js_trim",
+    "nests_deeper",
     "strict_json",
     "registration_problem",
     "search_model",

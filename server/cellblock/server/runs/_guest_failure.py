@@ -16,6 +16,7 @@ from structlog.typing import FilteringBoundLogger
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.catalog import strict_json
+from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.server.logging import error_head
 from cellblock.server.runs._protocol import ErrorCode, FailurePhase, LegOutcome, Provenance, RunStatus, failed
 from cellblock.server.runs._state import Run
@@ -59,16 +60,17 @@ def completed_outcome(run: Run, completed: bpb.Completed, log: FilteringBoundLog
     parsed (parsing costs many times its size). Sized without building the string.
 
     Returns:
-        ``completed``; [R15] when it nests deeper than the host's parser; [R17] when a value
+        ``completed``; [R15] when it nests deeper than ``MAX_VALUE_DEPTH`` levels (counted
+        exactly, or beyond the host's parser); [R17] when a value
         small enough to parse is not JSON.
     """
     if _text_bytes(completed.ByteSize()) > run.budget.final_allowance():
         log.info("bridge.value_over_allowance", message_bytes=completed.ByteSize())
         return LegOutcome(status=RunStatus.COMPLETED, value_text=completed.value_json)
     try:
-        return LegOutcome(status=RunStatus.COMPLETED, value=strict_json(completed.value_json))
-    except RecursionError:  # deeper than the host's parser: SPEC §9 rule 10
-        return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15("nesting is too deep for the serialiser"))
+        return LegOutcome(status=RunStatus.COMPLETED, value=strict_json(completed.value_json, MAX_VALUE_DEPTH))
+    except RecursionError:  # deeper than the value nesting bound (or the parser): SPEC §8.8 rule 7
+        return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(f"nesting is deeper than {MAX_VALUE_DEPTH} levels"))
     except ValueError:
         log.error("bridge.invalid_value")
         return failed(ErrorCode.INTERNAL_ERROR, msg.R17)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cellblock.server.catalog import BridgeReplyError, CatalogEntry, check_input_contract, check_output_contract, compile_schema, strict_json
-from cellblock.server.limits import INLINE_JSON_CHARS
+from cellblock.server.limits import INLINE_JSON_CHARS, MAX_VALUE_DEPTH
 from cellblock.server.runs._output import NotSerializableError, compact_json
 
 __all__ = ["InputCheck", "JsonText", "PreparedResult", "args_checked_in_worker", "args_in_worker", "input_check_in_worker", "portable", "result_in_worker"]
@@ -63,7 +63,8 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
 
     Returns:
         ``(args, too_deep)``: ``args`` is ``None`` when the text is not a JSON array
-        ([P05]); ``too_deep`` when it nests deeper than the host parses or serialises ([B23]).
+        ([P05]); ``too_deep`` when it nests deeper than ``MAX_VALUE_DEPTH`` levels or than
+        the host parses or serialises ([B23]).
     """
     return _read_args(args_json, first_input)[0]
 
@@ -71,8 +72,8 @@ def args_in_worker(args_json: str, first_input: int) -> tuple[list[object] | Non
 def _read_args(args_json: str, first_input: int) -> tuple[tuple[list[object] | None, bool], list[object] | None]:
     """:func:`args_in_worker`'s answer, and the decoded arguments when it has some."""
     try:
-        args = strict_json(args_json)
-    except RecursionError:
+        args = strict_json(args_json, MAX_VALUE_DEPTH + 1)  # each argument: the array holds them
+    except RecursionError:  # deeper than the value nesting bound (or the parser): [B23]
         return ([], True), None
     except ValueError:
         return (None, False), None

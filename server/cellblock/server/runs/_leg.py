@@ -23,7 +23,7 @@ from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.catalog import strict_json
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells, WarmPool
-from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, MAX_VALUE_DEPTH, WATCHDOG_GRACE_MS
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
 from cellblock.server.runs._guest_failure import exit_failure
 from cellblock.server.runs._leg_end import LegEnding
@@ -423,7 +423,7 @@ class Leg(LegEnding):
     # ---------------------------------------------------------- output/end
     def _on_output(self, entry_json: str) -> None:
         try:
-            entry = strict_json(entry_json)
+            entry = strict_json(entry_json, MAX_VALUE_DEPTH + 1)  # the entry object holds the value
         except RecursionError:
             self._log.warning("bridge.output_too_deep")  # SPEC §8.4 item 6: dropped and logged
             return

@@ -15,7 +15,7 @@ from typing import Any
 
 from cellblock.server.catalog import compact_json as _compact_json
 from cellblock.server.catalog import strict_json
-from cellblock.server.limits import OUTPUT_MARKER_RESERVE_BYTES
+from cellblock.server.limits import MAX_VALUE_DEPTH, OUTPUT_MARKER_RESERVE_BYTES
 
 GUIDANCE = "Output truncated; rerun with narrower arguments or return less data."
 """The ``guidance`` text of every truncation marker (SPEC §9 rule 5)."""
@@ -303,13 +303,16 @@ class OutputBudget:
         is the one :meth:`final_value` would build; only a value that fits is parsed.
 
         Raises:
-            NotSerializableError: The text fits the allowance but is not JSON (or nests too deep).
+            NotSerializableError: The text fits the allowance but is not JSON, or nests deeper than
+                ``MAX_VALUE_DEPTH`` levels.
         """
 
         def parse() -> Any:
             try:
-                return strict_json(text)
-            except (ValueError, RecursionError):
+                return strict_json(text, MAX_VALUE_DEPTH)
+            except RecursionError:  # [R15] like the controller's (SPEC §8.8 rule 7)
+                raise NotSerializableError(f"nesting is deeper than {MAX_VALUE_DEPTH} levels") from None
+            except ValueError:
                 raise NotSerializableError("the cell sent a value that is not JSON") from None
 
         return self._final(text, parse)

@@ -19,6 +19,7 @@ from structlog.typing import FilteringBoundLogger
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.catalog import BridgeReplyError, strict_json
+from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.server.runs._large_json import JsonText
 from cellblock.server.runs._output import NotSerializableError, compact_json
 from cellblock.server.runs._ports import LegPorts
@@ -101,8 +102,8 @@ def admit_request(
         args, too_deep = parsed
     else:
         try:
-            args = strict_json(req.args_json)
-        except RecursionError:  # deeper than the host's parser: [B23] in refuse_over_host_limits
+            args = strict_json(req.args_json, MAX_VALUE_DEPTH + 1)  # each argument: the array holds them
+        except RecursionError:  # deeper than the value nesting bound (or the parser): [B23] in refuse_over_host_limits
             args, too_deep = [], True
         except ValueError:
             args = None
@@ -165,8 +166,9 @@ def refuse_over_host_limits(run: Run, p: PendingRequest, now: float) -> bool:
     """The host's second layer of the guest's limits; True when it rejected ``p`` (settled).
 
     A nested call beyond ``maxPendingToolCalls`` (a guest that got past its own count, e.g. a
-    ``toJSON`` that calls tools) gets [B24]; arguments too deep for the host to serialise
-    again get [B23] (SPEC §9).
+    ``toJSON`` that calls tools) gets [B24]; arguments nested deeper than ``MAX_VALUE_DEPTH``
+    levels (counted exactly when read) or too deep for the host to serialise again get [B23]
+    (SPEC §8.8 rule 7).
     """
     nested = p.method.nested
     unanswered = sum(1 for q in run.pending.values() if q is not p and q.method.nested and q.result is None)
