@@ -17,11 +17,12 @@ from typing import Any
 import quickjs_rs
 import wasmtime
 import zstandard
-from quickjs_rs import Runtime, Snapshot
+from quickjs_rs import Runtime
 
 from cellblock.guest import _engine_load
 from cellblock.guest._crossings import ControllerCalls
 from cellblock.guest._engine_load import preload_engine
+from cellblock.guest._unpack import unpack_into
 
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
@@ -282,16 +283,10 @@ class CellVM:
             raise ValueError("not a cellblock snapshot")
         start = len(_SNAPSHOT_MAGIC) + 4
         slot = int.from_bytes(compressed[len(_SNAPSHOT_MAGIC) : start], "big")
-        try:
-            # Never more than a VM of this cell's size can hold: the frame names its size.
-            size = zstandard.frame_content_size(compressed[start:])
-            if not 0 <= size <= self.memory_limit_bytes + WASM_HEADROOM_BYTES:
-                raise zstandard.ZstdError(f"an image of {size} bytes")
-            raw = zstandard.ZstdDecompressor().decompress(compressed[start:])
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"the snapshot's image is malformed ({exc})") from None
         self._factory = None  # the restored heap replaces the prepared one
-        self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
+        # Never more than a VM of this cell's size can hold (the frame names its size),
+        # unpacked straight into the linear memory (no copies of the image on the way).
+        unpack_into(self._ctx._engine_ctx._inst, memoryview(compressed)[start:], self.memory_limit_bytes + WASM_HEADROOM_BYTES)
         self._ctrl = _adopt_slot(self._ctx, slot)
         self._methods = {}
         limits = json.dumps({"limits": config["limits"]}, separators=(",", ":"))
