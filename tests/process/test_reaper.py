@@ -24,15 +24,23 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 class _RecordingProcessExecutor(ProcessExecutor):
-    """The real process executor; it also keeps the cells it started, for the assertions."""
+    """The real process executor; it also keeps the cells it started and when each one's removal started (loop time)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.cells: dict[str, Cell] = {}
+        self.removal_started: dict[str, float] = {}
 
     async def start(self, spec: CellSpec) -> Cell:
         cell = await super().start(spec)
         self.cells[spec.cell_id] = cell
+        remove = cell.remove
+
+        async def timed_remove() -> None:
+            self.removal_started.setdefault(spec.cell_id, asyncio.get_running_loop().time())
+            await remove()
+
+        cell.remove = timed_remove  # type: ignore[method-assign]
         return cell
 
 
@@ -63,31 +71,12 @@ async def test_the_reply_does_not_wait_for_removal_and_removal_completes(process
     assert cell_dirs(sockets) == [], "no socket directory outlives its cell's removal"
 
 
-class _TimedProcessExecutor(_RecordingProcessExecutor):
-    """Also records when each cell's removal started (loop time)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.removal_started: dict[str, float] = {}
-
-    async def start(self, spec: CellSpec) -> Cell:
-        cell = await super().start(spec)
-        remove = cell.remove
-
-        async def timed_remove() -> None:
-            self.removal_started.setdefault(spec.cell_id, asyncio.get_running_loop().time())
-            await remove()
-
-        cell.remove = timed_remove  # type: ignore[method-assign]
-        return cell
-
-
 async def test_a_clean_end_defers_the_removal_and_any_other_end_removes_at_once() -> None:
     # A clean end's cell is removed clean_defer_s after its leg's end (off the next leg's
     # way); a leg that timed out (a runaway guest) has its cell removed at once; drain
     # starts a deferred removal at once.
     with tempfile.TemporaryDirectory() as sockets:
-        executor = _TimedProcessExecutor()
+        executor = _RecordingProcessExecutor()
         executor.reaper.clean_defer_s = 30.0
         settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets))
         service = await start_service(settings, executor=executor)
