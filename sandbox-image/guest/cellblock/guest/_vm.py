@@ -16,13 +16,12 @@ from typing import Any
 
 import quickjs_rs
 import wasmtime
-import zstandard
 from quickjs_rs import Runtime
 
 from cellblock.guest import _engine_load
 from cellblock.guest._crossings import ControllerCalls
 from cellblock.guest._engine_load import preload_engine
-from cellblock.guest._unpack import unpack_into
+from cellblock.guest._image import pack, unpack_into
 
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
@@ -269,9 +268,9 @@ class CellVM:
         # restored heap hands it back by number. Nothing is placed where guest
         # code could see or block it (a frozen or non-extensible globalThis,
         # a guest accessor on the global object; SPEC §8.1 item 5).
-        raw = self._ctx.create_snapshot().to_bytes()
-        header = _SNAPSHOT_MAGIC + _controller_slot(self._ctrl).to_bytes(4, "big")
-        return header + zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw), len(raw)
+        self._ctx._assert_snapshot_quiescent()  # as the engine's own create_snapshot
+        frame, raw_size = pack(self._ctx._engine_ctx._inst, _ZSTD_LEVEL)
+        return _SNAPSHOT_MAGIC + _controller_slot(self._ctrl).to_bytes(4, "big") + frame, raw_size
 
     def restore(self, compressed: bytes, config: dict[str, Any]) -> None:
         """Restores a snapshot made by :meth:`snapshot` and resumes the leg.

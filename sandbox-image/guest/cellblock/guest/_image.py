@@ -1,15 +1,17 @@
-"""A snapshot's VM image unpacked straight into the engine's linear memory.
+"""A VM's image packed from, and unpacked straight into, the engine's linear memory.
 
-quickjs-rs's own ``restore_snapshot`` takes the whole decompressed image as one
-``bytes`` and copies it three times on the way in (the image sliced off its
-header, a ``bytearray`` of it, then the write): about 2.5 ms of a resume's 4-6 ms
-for the 1.7 MB image of a 2000-row heap (bench/README.md). Here the zstd frame
-is decompressed into the linear memory itself, after the same fail-closed
-header checks the engine makes, in its order (magic, format version, build id,
-size, stack pointer), and the frame must then hold exactly the image the
-header names. A frame that fails part-way has written part of the memory: the
-caller's VM is then unusable (a failed restore ends the leg; its VM is never
-used again).
+quickjs-rs's own ``create_snapshot`` and ``restore_snapshot`` move the whole
+image as ``bytes``: a snapshot copies the memory out and again behind the
+engine's header before zstd compresses it, and a restore copies the
+decompressed image three times on the way in (sliced off its header, a
+``bytearray`` of it, then the write): about 2 ms of each for the 1.7 MB image
+of a 2000-row heap (bench/README.md). Here zstd reads the linear memory itself
+(one frame: the engine's header, then the image, its size in the frame header)
+and decompresses into it, after the same fail-closed header checks the engine
+makes, in its order (magic, format version, build id, size, stack pointer);
+the frame must then hold exactly the image the header names. A frame that
+fails part-way has written part of the memory: the caller's VM is then
+unusable (a failed restore ends the leg; its VM is never used again).
 """
 
 from __future__ import annotations
@@ -18,6 +20,27 @@ import zstandard
 from quickjs_rs import _engine
 
 _PAGE = 65536
+
+
+def pack(instance: _engine._Instance, level: int) -> tuple[bytes, int]:
+    """Compresses ``instance``'s engine snapshot (header, then the whole linear memory) into one zstd frame.
+
+    The caller checks the context is quiescent first (the engine's own snapshot does).
+
+    Args:
+        instance: The engine instance to snapshot.
+        level: The zstd level.
+
+    Returns:
+        ``(frame, raw_size)``: the frame (its content size in its header) and the size of the
+        engine snapshot it holds, in bytes.
+    """
+    memory, store = instance.mem, instance.store
+    size = memory.data_len(store)
+    header = _engine._SNAP_HEADER.pack(_engine.SNAP_MAGIC, _engine.SNAP_FORMAT_VERSION, instance.build_id, size, instance.sp.value(store))
+    image = memoryview(memory.get_buffer_ptr(store, size, 0)).cast("B")
+    compressor = zstandard.ZstdCompressor(level=level).compressobj(size=len(header) + size)
+    return compressor.compress(header) + compressor.compress(image) + compressor.flush(), len(header) + size
 
 
 def unpack_into(instance: _engine._Instance, frame: memoryview, most_bytes: int) -> None:

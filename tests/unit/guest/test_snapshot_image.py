@@ -1,8 +1,9 @@
-"""A resume unpacks the snapshot's image straight into the VM's linear memory (guest ``_unpack``).
+"""A VM's image packed from, and unpacked straight into, its linear memory (guest ``_image``).
 
-The engine's own header checks still apply, in its order and fail closed, and the
-frame must hold exactly the image its header names; each case below is a snapshot
-the cell must refuse (``ValueError``), and a good one must resume with its heap.
+The packed frame holds exactly what the engine's own snapshot holds. On a resume the
+engine's header checks still apply, in its order and fail closed, and the frame must
+hold exactly the image its header names; each bad case below is a snapshot the cell
+must refuse (``ValueError``), and a good one must resume with its heap.
 """
 
 from __future__ import annotations
@@ -43,6 +44,18 @@ def _field(image: bytearray, index: int, value: object) -> bytearray:
     fields[index] = value
     _HEAD.pack_into(image, 0, *fields)
     return image
+
+
+def test_the_packed_frame_holds_the_engines_own_snapshot() -> None:
+    vm = CellVM.prepared(memory_limit_bytes=32 << 20)
+    vm.install(CONFIG)
+    vm.start("const rows = Array.from({length: 500}, (_, i) => 'row ' + i); await tools.echo({n: 1}); return rows.length")
+    vm.take()
+    data, raw_size = vm.snapshot()
+    engine = vm._ctx.create_snapshot().to_bytes()
+    vm.close()
+    assert zstandard.ZstdDecompressor().decompress(data[_PREFIX:]) == engine
+    assert raw_size == len(engine) and zstandard.frame_content_size(data[_PREFIX:]) == len(engine)
 
 
 def test_a_snapshot_resumes_with_its_heap() -> None:
