@@ -8,13 +8,14 @@ same with Docker cells.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
 
-from cellblock.client import CellblockClient, Scope, Tool
+from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import Cell, CellSpec, ProcessExecutor
 from tests.support.cells import cell_dirs, state_dir_in
@@ -23,15 +24,23 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 class _RecordingProcessExecutor(ProcessExecutor):
-    """The real process executor; it also keeps the cells it started, for the assertions."""
+    """The real process executor; it also keeps the cells it started and when each one's removal started (loop time)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.cells: dict[str, Cell] = {}
+        self.removal_started: dict[str, float] = {}
 
     async def start(self, spec: CellSpec) -> Cell:
         cell = await super().start(spec)
         self.cells[spec.cell_id] = cell
+        remove = cell.remove
+
+        async def timed_remove() -> None:
+            self.removal_started.setdefault(spec.cell_id, asyncio.get_running_loop().time())
+            await remove()
+
+        cell.remove = timed_remove  # type: ignore[method-assign]
         return cell
 
 
@@ -60,3 +69,37 @@ async def test_the_reply_does_not_wait_for_removal_and_removal_completes(process
         proc = executor.cells[cell_id]._proc  # type: ignore[attr-defined]
         assert proc.returncode is not None, "the agent process is gone once its removal completed"
     assert cell_dirs(sockets) == [], "no socket directory outlives its cell's removal"
+
+
+async def test_a_clean_end_defers_the_removal_and_any_other_end_removes_at_once() -> None:
+    # A clean end's cell is removed clean_defer_s after its leg's end (off the next leg's
+    # way); a leg that timed out (a runaway guest) has its cell removed at once; drain
+    # starts a deferred removal at once.
+    with tempfile.TemporaryDirectory() as sockets:
+        executor = _RecordingProcessExecutor()
+        executor.reaper.clean_defer_s = 30.0
+        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets))
+        service = await start_service(settings, executor=executor)
+        loop = asyncio.get_running_loop()
+        try:
+            async with await CellblockClient.connect(service.address) as client:
+                scope = Scope("defer", "defer")
+                await client.put_catalog(scope, [Tool(source="host", name="noop")])
+                clean = await client.exec(scope, tool_call_id="clean", code="return 1", handlers={})
+                runaway = await client.exec(scope, tool_call_id="spin", code="while (true) {}", handlers={}, limits=LimitOverrides(timeout_ms=300))
+                replied = loop.time()
+                assert (clean.status, runaway.status, runaway.code) == ("completed", "failed", "timeout"), runaway.raw_json
+                for _ in range(100):
+                    if runaway.metadata.cell_id in executor.removal_started:
+                        break
+                    await asyncio.sleep(0.02)
+                assert runaway.metadata.cell_id in executor.removal_started, "a cell whose leg timed out is removed at once"
+                await asyncio.sleep(0.3)
+                assert clean.metadata.cell_id not in executor.removal_started, "a clean end's removal waits"
+                assert clean.metadata.cell_id in executor.reaper.retiring
+                await asyncio.wait_for(executor.reaper.drain(), timeout=10.0)
+                assert executor.removal_started[clean.metadata.cell_id] - replied < 10.0, "drain starts a deferred removal at once"
+                assert executor.reaper.retiring == set()
+        finally:
+            await service.stop()
+        assert cell_dirs(sockets) == []

@@ -153,10 +153,10 @@ def engine_build_id() -> str:
     """Hashes what decides whether a snapshot can be restored (SPEC §16.1 item 8), as hex.
 
     A snapshot is the VM's whole linear memory: the QuickJS wasm's heap layout
-    and the controller's objects in it, plus ``_vm``'s framing and this
-    module's engine configuration. So the id covers the bundled wasm, the
+    and the controller's objects in it, plus ``_vm``'s and ``_image``'s framing
+    and this module's engine configuration. So the id covers the bundled wasm, the
     quickjs-rs and wasmtime versions, the controller source and the sources of
-    ``_vm`` and this module. Any rebuilt image that changes one of them gets a
+    ``_vm``, ``_image`` and this module. Any rebuilt image that changes one of them gets a
     new id, and its cells refuse older snapshots (R19).
     """
     h = hashlib.sha256()
@@ -165,6 +165,7 @@ def engine_build_id() -> str:
         f"quickjs-rs {_dist_version(quickjs_rs)} wasmtime {_dist_version(wasmtime)}".encode(),
         _read("controller.js"),
         _read("_vm.py"),
+        _read("_image.py"),
         _read("_engine_load.py"),
     ):
         h.update(hashlib.sha256(part).digest())

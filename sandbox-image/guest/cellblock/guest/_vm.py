@@ -16,12 +16,12 @@ from typing import Any
 
 import quickjs_rs
 import wasmtime
-import zstandard
-from quickjs_rs import Runtime, Snapshot
+from quickjs_rs import Runtime
 
 from cellblock.guest import _engine_load
 from cellblock.guest._crossings import ControllerCalls
 from cellblock.guest._engine_load import preload_engine
+from cellblock.guest._image import pack, unpack_into
 
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
@@ -268,9 +268,9 @@ class CellVM:
         # restored heap hands it back by number. Nothing is placed where guest
         # code could see or block it (a frozen or non-extensible globalThis,
         # a guest accessor on the global object; SPEC §8.1 item 5).
-        raw = self._ctx.create_snapshot().to_bytes()
-        header = _SNAPSHOT_MAGIC + _controller_slot(self._ctrl).to_bytes(4, "big")
-        return header + zstandard.ZstdCompressor(level=_ZSTD_LEVEL).compress(raw), len(raw)
+        self._ctx._assert_snapshot_quiescent()  # as the engine's own create_snapshot
+        frame, raw_size = pack(self._ctx._engine_ctx._inst, _ZSTD_LEVEL)
+        return _SNAPSHOT_MAGIC + _controller_slot(self._ctrl).to_bytes(4, "big") + frame, raw_size
 
     def restore(self, compressed: bytes, config: dict[str, Any]) -> None:
         """Restores a snapshot made by :meth:`snapshot` and resumes the leg.
@@ -282,16 +282,10 @@ class CellVM:
             raise ValueError("not a cellblock snapshot")
         start = len(_SNAPSHOT_MAGIC) + 4
         slot = int.from_bytes(compressed[len(_SNAPSHOT_MAGIC) : start], "big")
-        try:
-            # Never more than a VM of this cell's size can hold: the frame names its size.
-            size = zstandard.frame_content_size(compressed[start:])
-            if not 0 <= size <= self.memory_limit_bytes + WASM_HEADROOM_BYTES:
-                raise zstandard.ZstdError(f"an image of {size} bytes")
-            raw = zstandard.ZstdDecompressor().decompress(compressed[start:])
-        except zstandard.ZstdError as exc:
-            raise ValueError(f"the snapshot's image is malformed ({exc})") from None
         self._factory = None  # the restored heap replaces the prepared one
-        self._runtime.restore_snapshot(Snapshot.from_bytes(raw), self._ctx)
+        # Never more than a VM of this cell's size can hold (the frame names its size),
+        # unpacked straight into the linear memory (no copies of the image on the way).
+        unpack_into(self._ctx._engine_ctx._inst, memoryview(compressed)[start:], self.memory_limit_bytes + WASM_HEADROOM_BYTES)
         self._ctrl = _adopt_slot(self._ctx, slot)
         self._methods = {}
         limits = json.dumps({"limits": config["limits"]}, separators=(",", ":"))

@@ -63,13 +63,16 @@ class LegEnding(SettleLoop):
     def release_cell(self) -> None:
         """Keeps the cell for the scope's next leg when the rule allows, else retires it."""
         kept, outcome = self._kept, self._outcome
+        protocol_broken = self._in_doubt or self._terminal is not None
         if kept is not None and self.scope_cells is not None and outcome is not None:
-            if reusable(outcome, clean=self._clean_end, protocol_broken=self._in_doubt or self._terminal is not None, exited=kept.exited.done()):
+            if reusable(outcome, clean=self._clean_end, protocol_broken=protocol_broken, exited=kept.exited.done()):
                 self.scope_cells.keep(kept)  # or destroys it (its limits, its scope's end)
                 return
         # The bridge stream closes now; the container and socket directory
-        # are removed off the reply path (cells.CellReaper).
-        self.executor.reaper.retire(self._cell, self._bridge)
+        # are removed off the reply path (cells.CellReaper), a cell that ended as
+        # reuse would allow a little later, any other at once.
+        clean = outcome is not None and reusable(outcome, clean=self._clean_end, protocol_broken=protocol_broken, exited=False)
+        self.executor.reaper.retire(self._cell, self._bridge, clean=clean)
 
     async def _on_end(self, end: bpb.LegEnd) -> LegOutcome:
         run = self.run_
