@@ -75,6 +75,9 @@ def llm_sandbox_run() -> None:
     """One run in llm-sandbox: a new container, the program, removal."""
     from llm_sandbox import SandboxSession
 
-    with SandboxSession(lang="javascript", image=NODE_IMAGE, skip_environment_setup=True, verbose=False) as session:
+    # No network, as a cell has none: the program needs none (code goes in through the engine's
+    # API), and 16 concurrent bridge-network containers beside the cells' deadlocked Docker
+    # 20.10's libnetwork here once (every create then hung; moby/moby#42545 is that class).
+    with SandboxSession(lang="javascript", image=NODE_IMAGE, skip_environment_setup=True, verbose=False, runtime_configs={"network_mode": "none"}) as session:
         result = session.run(NODE_PROGRAM)
         assert result.exit_code == 0 and result.stdout.strip() == "1", (result.exit_code, result.stdout, result.stderr)
