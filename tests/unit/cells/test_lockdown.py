@@ -139,6 +139,9 @@ def test_a_docker_cell_started_for_the_pool_starts_at_a_low_cpu_weight() -> None
     ahead = CellSpec(**SPEC_ARGS, ahead=True)
     assert container_options(DockerExecutorConfig(), ahead, "{}")["cpu_shares"] == 2
     assert container_options(DockerExecutorConfig(ahead_cpu_shares=16), ahead, "{}")["cpu_shares"] == 16
+    # runsc answers the engine's `update` with HTTP 500: a warm gVisor cell starts at the leg's weight.
+    assert "cpu_shares" not in container_options(DockerExecutorConfig(runtime="runsc"), ahead, "{}")
+    assert container_options(DockerExecutorConfig(runtime="runc"), ahead, "{}")["cpu_shares"] == 2
     assert "cpu_shares" not in container_options(DockerExecutorConfig(ahead_cpu_shares=0), ahead, "{}")
     leg = container_options(DockerExecutorConfig(), CellSpec(**SPEC_ARGS), "{}")
     assert "cpu_shares" not in leg

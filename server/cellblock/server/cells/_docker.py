@@ -60,7 +60,8 @@ class DockerExecutorConfig:
             what it saw (the bridge fuzzer's answers).
         ahead_cpu_shares: The CPU weight (``cpu_shares``) a cell started ahead of its
             leg (the warm pool) starts with, until it is ready and gets
-            :data:`LEG_CPU_SHARES`; 0 starts it at that weight. The weight only orders
+            :data:`LEG_CPU_SHARES`; 0 starts it at that weight, as does any runtime but
+            runc (runsc refuses the engine's ``update``). The weight only orders
             cells competing for the CPU: the quota (``cpu_millis``) is the same.
     """
 
@@ -138,9 +139,11 @@ def container_options(config: DockerExecutorConfig, spec: CellSpec, seccomp_json
     }
     if config.runtime:
         options["runtime"] = config.runtime
-    if spec.ahead and config.ahead_cpu_shares:
+    if spec.ahead and config.ahead_cpu_shares and config.runtime in (None, "runc"):
         # A warm cell's start-up (about 150 ms of CPU in the agent) yields to the cells
-        # serving legs; it gets their weight once ready, before any leg can take it.
+        # serving legs; it gets their weight once ready, before any leg can take it. Only
+        # under runc: gVisor's runsc refuses the engine's `update` (HTTP 500), which failed
+        # every warm cell of a runsc deployment; there cells start at the leg's weight.
         options["cpu_shares"] = config.ahead_cpu_shares
     if config.test_guest_command:
         options["entrypoint"] = list(config.test_guest_command)

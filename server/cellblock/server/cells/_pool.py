@@ -203,8 +203,11 @@ class WarmPool:
         return set(self._owned)
 
     async def _drop(self, warm: WarmCell) -> None:
-        self._owned.discard(warm.cell.cell_id)
-        await warm.destroy()
+        # Owned until its container is gone: a cell being destroyed is the pool's, not a leg's.
+        try:
+            await warm.destroy()
+        finally:
+            self._owned.discard(warm.cell.cell_id)
 
     async def _refill_forever(self) -> None:
         while not self._closed:
