@@ -505,6 +505,62 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		l3, err := leg(final)
 		return obj{"first": l1, "refused": l2, "final": l3, "waits": waits, "calls": s.callList()}, err
 	},
+	"second_wait": func(ctx context.Context, s *scenario) (obj, error) {
+		if _, err := s.register(ctx, s.scope); err != nil {
+			return nil, err
+		}
+		released := make(chan struct{})
+		second := make(chan obj, 1)
+		hold := func(hctx context.Context, input json.RawMessage, call cellblock.ToolCallInfo) (any, error) {
+			var in struct {
+				Step int `json:"step"`
+			}
+			_ = json.Unmarshal(input, &in)
+			if in.Step == 1 {
+				select {
+				case <-released:
+				case <-hctx.Done():
+					return nil, hctx.Err()
+				}
+			} else {
+				// Runs on the open wait's leg: a second wait on the run now must be refused and change nothing.
+				r, err := s.c.Wait(ctx, s.scope, cellblock.WaitOptions{ToolCallID: s.execID + "-second", RunID: call.RunID})
+				o := statusOf(err)
+				if err == nil {
+					if o, err = leg(r); err != nil {
+						return nil, err
+					}
+				}
+				second <- o
+			}
+			return obj{"details": obj{"answer": fmt.Sprintf("released-%d", in.Step)}}, nil
+		}
+		h := s.handlers(cellblock.Handlers{"hold": hold})
+		first, err := s.exec(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		if first.Status != "waiting" {
+			return nil, fmt.Errorf("expected waiting: %s", first.ResultJSON)
+		}
+		close(released) // answers between the legs: sent right after the wait's start
+		resumed, err := s.wait(ctx, first.RunID, h)
+		if err != nil {
+			return nil, err
+		}
+		l1, err := leg(first)
+		if err != nil {
+			return nil, err
+		}
+		l2, err := leg(resumed)
+		out := obj{"first": l1, "second": obj{}, "resumed": l2, "calls": s.callList()}
+		select {
+		case o := <-second:
+			out["second"] = o
+		default:
+		}
+		return out, err
+	},
 	"grpc_status": func(ctx context.Context, s *scenario) (obj, error) {
 		blank := cellblock.Scope{SessionID: " ", AgentRunID: "x"}
 		fresh := cellblock.Scope{SessionID: s.scope.SessionID, AgentRunID: s.name + "-fresh"}
