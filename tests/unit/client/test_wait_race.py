@@ -16,12 +16,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc.aio
 import pytest
 import pytest_asyncio
 
 from cellblock.client import CellblockClient, Scope, ToolCallInfo
 from cellblock.v1 import code_mode_service_pb2, code_mode_service_pb2_grpc, common_pb2
+from tests.support.fake_cellblock import serving
 
 pytestmark = [pytest.mark.asyncio(loop_scope="function"), pytest.mark.timeout(30)]
 
@@ -67,14 +67,8 @@ class RacingWaits(code_mode_service_pb2_grpc.CodeModeServiceServicer):
 @pytest_asyncio.fixture(loop_scope="function")
 async def racing() -> AsyncIterator[tuple[RacingWaits, str]]:
     service = RacingWaits()
-    server = grpc.aio.server()
-    code_mode_service_pb2_grpc.add_CodeModeServiceServicer_to_server(service, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield service, f"127.0.0.1:{port}"
-    finally:
-        await server.stop(grace=None)
+    async with serving(lambda server: code_mode_service_pb2_grpc.add_CodeModeServiceServicer_to_server(service, server)) as address:
+        yield service, address
 
 
 async def test_a_refused_earlier_wait_hands_the_run_to_the_later_wait_that_resumes_it(racing: tuple[RacingWaits, str]) -> None:
