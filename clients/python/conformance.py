@@ -37,6 +37,7 @@ from conformance_support import (
     STATUSES,
     Scenario,
     leg,
+    leg_or_status,
     observe_leg,
     status_of_call,
 )
@@ -237,6 +238,28 @@ async def wait_refused(s: Scenario) -> dict[str, Any]:
     return {"first": leg(first), "refused": leg(refused), "final": leg(final), "waits": waits, "calls": s.calls}
 
 
+async def second_wait(s: Scenario) -> dict[str, Any]:
+    """A second wait while one runs is refused ([W06], or RESOURCE_EXHAUSTED at one leg slot) and changes nothing (SPEC §5.2)."""
+    await s.register()
+    released = asyncio.Event()
+    second: dict[str, Any] = {}
+
+    async def hold(tool_input: dict[str, Any], call: ToolCallInfo) -> Any:
+        nonlocal second
+        if tool_input.get("step") == 1:
+            await released.wait()
+        else:  # runs on the open wait's leg: a second wait on the run now must be refused and change nothing
+            second = await leg_or_status(s.client.wait(s.scope, tool_call_id=f"{s.exec_id}-second", run_id=call.run_id))
+        return {"details": {"answer": f"released-{tool_input.get('step')}"}}
+
+    handlers = s.handlers(hold=hold)
+    first = await s.exec(handlers)
+    assert first.run_id, first.raw_json
+    released.set()  # answers between the legs: sent right after the wait's start
+    resumed = await s.wait(first.run_id, handlers)
+    return {"first": leg(first), "second": second, "resumed": leg(resumed), "calls": s.calls}
+
+
 async def grpc_status(s: Scenario) -> dict[str, Any]:
     """Every status code of SPEC §3.1 item 2, and an argument problem that is a result, not an error."""
     blank = Scope(session_id=" ", agent_run_id="x")
@@ -288,6 +311,7 @@ SCENARIOS: dict[str, Callable[[Scenario], Awaitable[dict[str, Any]]]] = {
     "cancel_suspended": cancel_suspended,
     "admission": admission,
     "wait_refused": wait_refused,
+    "second_wait": second_wait,
     "grpc_status": grpc_status,
 }
 

@@ -209,3 +209,11 @@ async def status_of_call(call: Awaitable[Any]) -> dict[str, str]:
     except RPCError as exc:
         return {"code": exc.status.name, "message": exc.message}
     return {"code": "OK", "message": ""}
+
+
+async def leg_or_status(call: Awaitable[RunResult]) -> dict[str, Any]:
+    """Awaits a leg: its observation (`leg`), or the gRPC status it was refused with as ``{code, message}``."""
+    try:
+        return leg(await call)
+    except RPCError as exc:
+        return {"code": exc.status.name, "message": exc.message}

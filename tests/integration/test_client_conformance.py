@@ -12,6 +12,7 @@ expectations below (taken from SPEC §3-§14) or from the other clients'.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
 CLIENTS = ("python", "typescript", "go")
 R07 = "execution aborted by the caller; the cell was stopped and this run cannot be resumed."
 W04 = "this run belongs to a different session; only the session that started it can wait on it."
+W06 = "this run is already being resumed by another wait; let that call return first."
 SCENARIO_TIMEOUT_S = 90
 
 # Expectations per scenario: (path into the observations, expected value). Every client must
@@ -176,6 +178,17 @@ EXPECTED: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("waits",), 1),
         (("calls", "*", "input"), [{"step": 1}]),
     ],
+    "second_wait": [
+        # A second wait while the first one's cell serves the run is refused, and changes nothing
+        # (SPEC §5.2): the hold call dispatched on the first wait answers on that wait, which completes.
+        # With one leg slot the refusal is RESOURCE_EXHAUSTED; SECOND_WAIT_W06 below has [W06].
+        (("first", "status"), "waiting"),
+        (("second",), {"code": "RESOURCE_EXHAUSTED", "message": "too many legs are running on this instance (limit 1); retry shortly"}),
+        (("resumed", "status"), "completed"),
+        (("resumed", "result", "value"), "released-1 released-2"),
+        (("resumed", "legCount"), 2),
+        (("calls", "*", "input"), [{"step": 1}, {"step": 2}]),
+    ],
     "grpc_status": [
         (("putCatalogBlankScope", "code"), "INVALID_ARGUMENT"),
         (("putCatalogBadSchema", "code"), "INVALID_ARGUMENT"),
@@ -193,6 +206,15 @@ EXPECTED: dict[str, list[tuple[tuple[Any, ...], Any]]] = {
         (("execBadArguments", "result", "error"), "code must be a non-empty string (command is accepted as an alias)."),
     ],
 }
+
+
+# second_wait on a service with two leg slots: the second wait reaches the run and gets [W06].
+SECOND_WAIT_W06 = [expectation for expectation in EXPECTED["second_wait"] if expectation[0] != ("second",)] + [
+    (("second", "status"), "failed"),
+    (("second", "code"), "invalid_input"),
+    (("second", "result", "failurePhase"), "input"),
+    (("second", "result", "error"), W06),
+]
 
 
 @dataclass(frozen=True)
@@ -222,9 +244,9 @@ def differences(expected: Any, got: Any, path: str = "") -> list[str]:
     return [] if expected == got else [f"{path or '.'}: expected {json.dumps(expected)[:300]}, got {json.dumps(got)[:300]}"]
 
 
-def check(scenario: str, observed: dict[str, Any]) -> list[str]:
+def check(scenario: str, observed: dict[str, Any], expectations: list[tuple[tuple[Any, ...], Any]] | None = None) -> list[str]:
     problems = []
-    for path, expected in EXPECTED[scenario]:
+    for path, expected in EXPECTED[scenario] if expectations is None else expectations:
         try:
             got = dig(observed, path)
         except (KeyError, IndexError, TypeError) as exc:
@@ -259,12 +281,13 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltClients]:
     )
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="session")
-async def conformance_service(docker_client: docker.DockerClient) -> Any:
+@contextlib.asynccontextmanager
+async def serving(max_concurrent_legs: int) -> AsyncIterator[Service]:
+    """One service on real Docker cells with `max_concurrent_legs` leg slots; no cell is left afterwards."""
     with tempfile.TemporaryDirectory(prefix="cellblock-conformance-cells-") as sockets:
         settings = ServerSettings(
             address="127.0.0.1:0", executor="docker", image=IMAGE, socket_dir=sockets, state_dir=state_dir_in(sockets),
-            code_mode={"enabled": True, "timeoutMs": 8000}, max_concurrent_legs=1,
+            code_mode={"enabled": True, "timeoutMs": 8000}, max_concurrent_legs=max_concurrent_legs,
         )
         service: Service = await start_service(settings)
         try:
@@ -272,6 +295,12 @@ async def conformance_service(docker_client: docker.DockerClient) -> Any:
         finally:
             await service.stop()
         assert service.executor.list_cell_containers() == []  # type: ignore[attr-defined]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def conformance_service(docker_client: docker.DockerClient) -> AsyncIterator[Service]:
+    async with serving(max_concurrent_legs=1) as service:
+        yield service
 
 
 async def run_cli(command: list[str], scenario: str, address: str) -> tuple[dict[str, Any] | None, str, float]:
@@ -334,3 +363,23 @@ async def test_python_typescript_and_go_clients_pass_the_same_scenarios(
         builds = ", ".join(f"{c} {t:.1f} s" for c, t in built.build_seconds.items())
         print(f"\n\nclient conformance (one service, real Docker cells; built: {builds})\n" + table)
     assert not details, table + "\n\n" + "\n".join(details)
+
+
+async def test_a_second_wait_on_a_running_run_is_refused_and_changes_nothing_in_every_client(
+    docker_client: docker.DockerClient, built: BuiltClients
+) -> None:
+    """second_wait with two leg slots: the second wait reaches the run and gets [W06] (SPEC §5.2 item 5).
+
+    The hold call dispatched on the first wait must still answer on that wait. The TypeScript and
+    Go clients rebound the run to the refused wait's stream, so that answer never reached the
+    open wait: it returned `waiting` with bridge:callValue:2 pending.
+    """
+    details: list[str] = []
+    async with serving(max_concurrent_legs=2) as service:
+        for client in CLIENTS:
+            result, error, _ = await run_cli(built.commands[client], "second_wait", service.address)
+            if result is None:
+                details.append(f"{client}: {error}")
+                continue
+            details.extend(f"{client}: {p}" for p in check("second_wait", result, SECOND_WAIT_W06))
+    assert not details, "\n".join(details)

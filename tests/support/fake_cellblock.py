@@ -8,7 +8,9 @@ no real cellblock server (the integration and interop tests run the real one).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,3 +263,20 @@ class FakeRuns(run_service_pb2_grpc.RunServiceServicer):
 
     async def CancelRun(self, request: Any, context: Any) -> Any:  # noqa: N802
         return run_service_pb2.CancelRunResponse(previous_state=run_service_pb2.RUN_STATE_SUSPENDED)
+
+
+@contextlib.asynccontextmanager
+async def serving(register: Callable[[grpc.aio.Server], None]) -> AsyncIterator[str]:
+    """An in-process ``grpc.aio`` server on a free local port with the servicers `register` adds.
+
+    Yields:
+        The server's address, ``127.0.0.1:<port>``; the server stops when the block ends.
+    """
+    server = grpc.aio.server()
+    register(server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop(grace=None)

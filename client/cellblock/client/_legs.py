@@ -50,8 +50,15 @@ class RunCalls:
         self.tasks: dict[str, asyncio.Task[code_mode_service_pb2.ToolResult]] = {}
         self.abandoned: set[str] = set()
         self.undelivered: list[code_mode_service_pb2.ToolResult] = []
-        self.stream: LegStream[Any] | None = None
-        self.sent_on_stream: list[code_mode_service_pb2.ToolResult] = []
+        # The run's open legs, oldest first, each with the results written on it; results go
+        # out on the first. Two are open when a second wait races the one serving the run: the
+        # service refuses one of them ([W06]), and the refusal hands the run to the other.
+        self.streams: dict[LegStream[Any], list[code_mode_service_pb2.ToolResult]] = {}
+
+    @property
+    def stream(self) -> LegStream[Any] | None:
+        """The leg the run's results go out on: its oldest open one."""
+        return next(iter(self.streams), None)
 
     @property
     def idle(self) -> bool:
@@ -70,6 +77,8 @@ class RunCalls:
         for nested_call_id in list(self.tasks):
             self.abandon(nested_call_id)
         self.undelivered.clear()
+        for sent in self.streams.values():
+            sent.clear()
 
 
 def _refused_before_the_run(result: RunResult) -> bool:
@@ -170,15 +179,32 @@ class LegDriver:
         run = self.runs.get(run_id)
         if run is None:
             run = self.runs[run_id] = RunCalls(run_id)
-        if run.stream is not None and run.stream.open and run.stream is not stream:
-            # Another leg of this run is still open (the service will refuse one of them).
-            return run
-        run.stream = stream
-        run.sent_on_stream = []
+        if stream not in run.streams:
+            run.streams[stream] = []
+            if len(run.streams) == 1:
+                self._flush(run)
+        return run
+
+    def _detach(self, run: RunCalls, stream: LegStream[Any], *, resend: bool) -> int:
+        """Removes an ended leg from its run; returns how many legs of the run are still open.
+
+        Args:
+            run: The leg's run.
+            stream: The leg's stream.
+            resend: Keep what the leg carried for the run's next leg (it may have missed the
+                run); it goes out at once on the run's next open leg, if any.
+        """
+        sent = run.streams.pop(stream, None)
+        if sent is not None and resend:
+            run.undelivered[:0] = sent
+        if sent is not None and run.streams:
+            self._flush(run)
+        return len(run.streams)
+
+    def _flush(self, run: RunCalls) -> None:
         backlog, run.undelivered = run.undelivered, []
         for result in backlog:
             self._deliver(run, result)
-        return run
 
     def _end_leg(self, stream: LegStream[Any], run: RunCalls | None, result: RunResult, *, refused_wait: bool = False) -> None:
         """Ends a leg on its Result: keeps, or cancels and drops, its run's handlers.
@@ -198,16 +224,13 @@ class LegDriver:
             run = self.runs.get(result.run_id or "")
         if run is None:
             return
-        if run.stream is stream:
-            run.stream = None
         if result.status == "waiting" or refused_wait:
             # Results written just before the service suspended may have missed the leg, and
             # a refused wait's stream was never read into the run: resend them on the next wait
             # (repeats are ignored).
-            if refused_wait or any(p.method in _NESTED_CALL_METHODS for p in result.pending_tool_calls):
-                run.undelivered[:0] = run.sent_on_stream
-            run.sent_on_stream = []
-            if run.idle:  # nothing to keep (e.g. a second wait on a finished run, [W03])
+            resend = refused_wait or any(p.method in _NESTED_CALL_METHODS for p in result.pending_tool_calls)
+            if self._detach(run, stream, resend=resend) == 0 and run.idle:
+                # Nothing to keep (e.g. a second wait on a finished run, [W03]).
                 self.runs.pop(run.run_id, None)
         else:
             run.abandon_all()
@@ -219,11 +242,11 @@ class LegDriver:
             return
         stream.open = False
         cancelled = stream.send(cancel=code_mode_service_pb2.Cancel(reason="client cancelled the leg"))
-        if run is not None:
+        # A leg that failed while another leg of its run is open (a second wait refused with a
+        # status) leaves the run to that leg; else the run ends here.
+        if run is not None and self._detach(run, stream, resend=True) == 0:
             run.abandon_all()
             self.runs.pop(run.run_id, None)
-            if run.stream is stream:
-                run.stream = None
 
         async def drain() -> None:
             with contextlib.suppress(Exception):
@@ -281,8 +304,9 @@ class LegDriver:
             return
 
         def written(fut: asyncio.Future[None]) -> None:
-            if not fut.cancelled() and fut.exception() is None and run.stream is stream:
-                run.sent_on_stream.append(result)
+            sent = run.streams.get(stream)
+            if not fut.cancelled() and fut.exception() is None and sent is not None:
+                sent.append(result)
             else:
                 # The write failed (a CellblockError), or the leg ended while it was written.
                 self._keep(run, result)

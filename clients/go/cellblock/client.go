@@ -401,6 +401,8 @@ type leg struct {
 	mu     sync.Mutex
 	open   bool
 	outbox chan func() error
+
+	sent []*pb.ToolResult // results written on this leg, resent if it suspends or is refused; guarded by Client.mu
 }
 
 // push queues a write; false once the leg has ended.
@@ -428,8 +430,10 @@ type runCalls struct {
 	id          string
 	inFlight    map[string]context.CancelFunc
 	undelivered []*pb.ToolResult // finished while no leg of the run was open
-	sentOnLeg   []*pb.ToolResult // written on the current leg; resent if it suspends
-	leg         *leg
+	// legs are the run's open legs, oldest first; results go out on the first. Two are open
+	// when a second wait races the one serving the run: the service refuses one of them
+	// (SPEC §5.2 item 5, [W06]), and the refusal hands the run to the other, never away from it.
+	legs []*leg
 }
 
 func (r *runCalls) abandonAll() {
@@ -437,7 +441,10 @@ func (r *runCalls) abandonAll() {
 		cancel()
 	}
 	r.inFlight = map[string]context.CancelFunc{}
-	r.undelivered, r.sentOnLeg = nil, nil
+	r.undelivered = nil
+	for _, l := range r.legs {
+		l.sent = nil
+	}
 }
 
 func (c *Client) runLeg(l *leg, waitRunID string, o LegOptions) (*RunResult, error) {
@@ -476,7 +483,7 @@ func (c *Client) runLeg(l *leg, waitRunID string, o LegOptions) (*RunResult, err
 		if err != nil {
 			l.release()
 			if run != nil {
-				c.dropRun(run)
+				c.failLeg(run, l)
 			}
 			if errors.Is(err, io.EOF) {
 				return nil, errors.New("the service closed the stream without a Result")
@@ -526,6 +533,7 @@ func (c *Client) runLeg(l *leg, waitRunID string, o LegOptions) (*RunResult, err
 	}
 }
 
+// attach adds a leg to its run's open legs; the run's kept results go out on it if it is the only one.
 func (c *Client) attach(runID string, l *leg) *runCalls {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -534,15 +542,43 @@ func (c *Client) attach(runID string, l *leg) *runCalls {
 		run = &runCalls{id: runID, inFlight: map[string]context.CancelFunc{}}
 		c.runs[runID] = run
 	}
-	if run.leg != l {
-		run.leg, run.sentOnLeg = l, nil
-		backlog := run.undelivered
-		run.undelivered = nil
-		for _, r := range backlog {
-			c.deliverLocked(run, r)
+	for _, open := range run.legs {
+		if open == l {
+			return run
 		}
 	}
+	run.legs = append(run.legs, l)
+	if len(run.legs) == 1 {
+		c.flushLocked(run)
+	}
 	return run
+}
+
+// detachLocked removes an ended leg from its run: what it carried is kept for the run's next
+// leg (it may have missed the run), and goes out at once on the run's next open leg, if any.
+// It returns how many legs of the run are still open. c.mu is held.
+func (c *Client) detachLocked(run *runCalls, l *leg) int {
+	for i, open := range run.legs {
+		if open == l {
+			run.legs = append(run.legs[:i:i], run.legs[i+1:]...)
+			run.undelivered = append(append([]*pb.ToolResult{}, l.sent...), run.undelivered...)
+			l.sent = nil
+			if len(run.legs) > 0 {
+				c.flushLocked(run)
+			}
+			break
+		}
+	}
+	return len(run.legs)
+}
+
+// flushLocked sends the run's kept results on its first open leg. c.mu is held.
+func (c *Client) flushLocked(run *runCalls) {
+	backlog := run.undelivered
+	run.undelivered = nil
+	for _, r := range backlog {
+		c.deliverLocked(run, r)
+	}
 }
 
 // refusedBeforeTheRun tells whether a wait's result refuses the wait itself, not an end of
@@ -571,14 +607,9 @@ func (c *Client) endLeg(run *runCalls, l *leg, result *RunResult, refusedWait bo
 	if run == nil {
 		return
 	}
-	if run.leg == l {
-		run.leg = nil
-	}
 	if result.Status == "waiting" || refusedWait {
 		// Results written just before the service parked (or to a refused wait) may have missed the run.
-		run.undelivered = append(append([]*pb.ToolResult{}, run.sentOnLeg...), run.undelivered...)
-		run.sentOnLeg = nil
-		if len(run.inFlight) == 0 && len(run.undelivered) == 0 {
+		if c.detachLocked(run, l) == 0 && len(run.inFlight) == 0 && len(run.undelivered) == 0 {
 			delete(c.runs, run.id)
 		}
 		return
@@ -587,18 +618,23 @@ func (c *Client) endLeg(run *runCalls, l *leg, result *RunResult, refusedWait bo
 	delete(c.runs, run.id)
 }
 
-func (c *Client) dropRun(run *runCalls) {
+// failLeg ends a leg whose stream failed. While another leg of its run is open (a second wait
+// refused with a status, e.g. RESOURCE_EXHAUSTED) the run stays that leg's; else the run ends here.
+func (c *Client) failLeg(run *runCalls, l *leg) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	run.abandonAll()
-	delete(c.runs, run.id)
+	if c.detachLocked(run, l) == 0 {
+		run.abandonAll()
+		delete(c.runs, run.id)
+	}
 }
 
 // deliverLocked sends a result on the run's open leg, else keeps it for the next one. c.mu is held.
 func (c *Client) deliverLocked(run *runCalls, result *pb.ToolResult) {
-	if l := run.leg; l != nil {
+	if len(run.legs) > 0 {
+		l := run.legs[0]
 		if l.push(func() error { return l.sendResult(result) }) {
-			run.sentOnLeg = append(run.sentOnLeg, result)
+			l.sent = append(l.sent, result)
 			return
 		}
 	}

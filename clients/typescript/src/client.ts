@@ -271,14 +271,25 @@ class Pushable<T> implements AsyncIterable<T> {
   }
 }
 
+/** One open exec or wait stream, as the runs it serves see it. */
+interface Leg {
+  /** Writes a result on the stream; false once the stream has ended. */
+  send(r: ToolResult): boolean;
+  /** Results written on this leg (resent if it suspends or is refused: repeats are ignored). */
+  sent: ToolResult[];
+}
+
 /** The nested calls of one run this client is serving, across its legs. */
 class RunCalls {
   readonly inFlight = new Map<string, AbortController>();
   /** Results finished while no leg of the run was open. */
   undelivered: ToolResult[] = [];
-  /** Results written on the current leg (resent if it suspends: repeats are ignored). */
-  sentOnLeg: ToolResult[] = [];
-  send: ((r: ToolResult) => boolean) | null = null;
+  /**
+   * The run's open legs, oldest first; results go out on the first. Two are open when a
+   * second wait races the one serving the run: the service refuses one of them (SPEC §5.2
+   * item 5, [W06]), and the refusal hands the run to the other, never away from it.
+   */
+  legs: Leg[] = [];
 
   constructor(readonly runId: string) {}
 
@@ -286,7 +297,7 @@ class RunCalls {
     for (const ctl of this.inFlight.values()) ctl.abort();
     this.inFlight.clear();
     this.undelivered = [];
-    this.sentOnLeg = [];
+    for (const leg of this.legs) leg.sent = [];
   }
 }
 
@@ -467,8 +478,8 @@ export class CellblockClient {
     waitRunId: string | null,
     options: LegOptions,
   ): Promise<RunResult> {
-    const send = (r: ToolResult): boolean => requests.push(make.toolResult(r));
-    let run: RunCalls | null = waitRunId !== null ? this.attach(waitRunId, send) : null;
+    const leg: Leg = { send: (r) => requests.push(make.toolResult(r)), sent: [] };
+    let run: RunCalls | null = waitRunId !== null ? this.attach(waitRunId, leg) : null;
     const onAbort = (): void => {
       requests.push(make.cancel());
     };
@@ -478,7 +489,7 @@ export class CellblockClient {
       for await (const msg of open()) {
         const m = msg.message;
         if (m.case === "toolCall") {
-          if (run === null || run.runId !== m.value.runId) run = this.attach(m.value.runId, send);
+          if (run === null || run.runId !== m.value.runId) run = this.attach(m.value.runId, leg);
           this.dispatch(run, m.value, options.handlers ?? {});
         } else if (m.case === "output") {
           options.onOutput?.(JSON.parse(m.value.entryJson) as OutputEntry);
@@ -495,14 +506,16 @@ export class CellblockClient {
           }
         } else if (m.case === "result") {
           const result = toRunResult(m.value);
-          this.endLeg(run ?? this.runs.get(result.runId) ?? null, send, result, waitRunId !== null && refusedBeforeTheRun(result));
+          this.endLeg(run ?? this.runs.get(result.runId) ?? null, leg, result, waitRunId !== null && refusedBeforeTheRun(result));
           requests.end();
           return result;
         }
       }
       throw new RpcError("INTERNAL", "the service closed the stream without a Result");
     } catch (err) {
-      if (run !== null) {
+      // A stream that failed while another leg of its run is open (a second wait refused with
+      // a status, e.g. RESOURCE_EXHAUSTED) leaves the run to that leg; else the run ends here.
+      if (run !== null && this.detach(run, leg) === 0) {
         run.abandonAll();
         this.runs.delete(run.runId);
       }
@@ -513,20 +526,39 @@ export class CellblockClient {
     }
   }
 
-  private attach(runId: string, send: (r: ToolResult) => boolean): RunCalls {
+  /** Adds a leg to its run's open legs; the run's kept results go out on it if it is the only one. */
+  private attach(runId: string, leg: Leg): RunCalls {
     let run = this.runs.get(runId);
     if (run === undefined) {
       run = new RunCalls(runId);
       this.runs.set(runId, run);
     }
-    if (run.send !== send) {
-      run.send = send;
-      run.sentOnLeg = [];
-      const backlog = run.undelivered;
-      run.undelivered = [];
-      for (const r of backlog) this.deliver(run, r);
+    if (!run.legs.includes(leg)) {
+      run.legs.push(leg);
+      if (run.legs.length === 1) this.flush(run);
     }
     return run;
+  }
+
+  /**
+   * Removes an ended leg from its run: what it carried is kept for the run's next leg (it may
+   * have missed the run), and goes out at once on the run's next open leg, if any. Returns
+   * how many legs of the run are still open.
+   */
+  private detach(run: RunCalls, leg: Leg): number {
+    const at = run.legs.indexOf(leg);
+    if (at < 0) return run.legs.length;
+    run.legs.splice(at, 1);
+    run.undelivered = [...leg.sent, ...run.undelivered];
+    leg.sent = [];
+    if (run.legs.length > 0) this.flush(run);
+    return run.legs.length;
+  }
+
+  private flush(run: RunCalls): void {
+    const backlog = run.undelivered;
+    run.undelivered = [];
+    for (const r of backlog) this.deliver(run, r);
   }
 
   /**
@@ -534,14 +566,12 @@ export class CellblockClient {
    * service refused before it touched the run (`refusedWait`: SPEC §5.2, such a refusal
    * changes nothing) keeps them, and what its leg carried goes out on the next wait.
    */
-  private endLeg(run: RunCalls | null, send: (r: ToolResult) => boolean, result: RunResult, refusedWait: boolean): void {
+  private endLeg(run: RunCalls | null, leg: Leg, result: RunResult, refusedWait: boolean): void {
     if (run === null) return;
-    if (run.send === send) run.send = null;
     if (result.status === "waiting" || refusedWait) {
       // Results written just before the service parked (or to a refused wait) may have missed the run.
-      run.undelivered = [...run.sentOnLeg, ...run.undelivered];
-      run.sentOnLeg = [];
-      if (run.inFlight.size === 0 && run.undelivered.length === 0) this.runs.delete(run.runId);
+      const open = this.detach(run, leg);
+      if (open === 0 && run.inFlight.size === 0 && run.undelivered.length === 0) this.runs.delete(run.runId);
     } else {
       run.abandonAll();
       this.runs.delete(run.runId);
@@ -549,8 +579,9 @@ export class CellblockClient {
   }
 
   private deliver(run: RunCalls, result: ToolResult): void {
-    if (run.send !== null && run.send(result)) {
-      run.sentOnLeg.push(result);
+    const leg = run.legs[0];
+    if (leg !== undefined && leg.send(result)) {
+      leg.sent.push(result);
     } else if (this.runs.get(run.runId) === run) {
       run.undelivered.push(result);
     }

@@ -200,6 +200,16 @@ async function statusOf(call: Promise<unknown>): Promise<{ code: string; message
   }
 }
 
+/** A leg's observations, or the gRPC status it was refused with. */
+async function legOrStatus(call: Promise<RunResult>): Promise<Observation> {
+  try {
+    return leg(await call);
+  } catch (err) {
+    if (err instanceof RpcError) return { code: err.code, message: err.rawMessage };
+    throw err;
+  }
+}
+
 const never = new Promise<never>(() => {});
 
 /** wait_refused: waits until the run completes; a lost tool call answers `waiting` every time. */
@@ -348,6 +358,25 @@ const SCENARIOS: Record<string, (s: Scenario, address: string) => Promise<Observ
       final = await s.wait(first.runId, handlers);
     }
     return { first: leg(first), refused: leg(refused), final: leg(final), waits, calls: s.calls };
+  },
+
+  async second_wait(s) {
+    await s.register();
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let second: Observation = {};
+    const hold: ToolHandler<{ step?: number }> = async (input, call) => {
+      if (input.step === 1) await released;
+      // Step 2 runs on the open wait's leg: a second wait on the run now must be refused and change nothing.
+      else second = await legOrStatus(s.client.wait(s.scope, { toolCallId: `${s.execId}-second`, runId: call.runId }));
+      return { details: { answer: `released-${input.step}` } };
+    };
+    const handlers = s.handlers({ hold });
+    const first = await s.exec(handlers);
+    if (first.status !== "waiting") throw new Error(`expected waiting: ${first.resultJson}`);
+    release(); // answers between the legs: sent right after the wait's start
+    const resumed = await s.wait(first.runId, handlers);
+    return { first: leg(first), second, resumed: leg(resumed), calls: s.calls };
   },
 
   async grpc_status(s, address) {

@@ -9,22 +9,20 @@ import pytest_asyncio
 
 from cellblock.client import CellblockClient
 from cellblock.v1 import catalog_service_pb2_grpc, code_mode_service_pb2_grpc, run_service_pb2_grpc
-from tests.support.fake_cellblock import FakeCatalogs, FakeCodeMode, FakeRuns, FakeState
+from tests.support.fake_cellblock import FakeCatalogs, FakeCodeMode, FakeRuns, FakeState, serving
 
 
 @pytest_asyncio.fixture(loop_scope="function")
 async def fake() -> AsyncIterator[tuple[FakeState, str]]:
     state = FakeState()
-    server = grpc.aio.server()
-    code_mode_service_pb2_grpc.add_CodeModeServiceServicer_to_server(FakeCodeMode(state), server)
-    catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server(FakeCatalogs(), server)
-    run_service_pb2_grpc.add_RunServiceServicer_to_server(FakeRuns(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        yield state, f"127.0.0.1:{port}"
-    finally:
-        await server.stop(grace=None)
+
+    def register(server: grpc.aio.Server) -> None:
+        code_mode_service_pb2_grpc.add_CodeModeServiceServicer_to_server(FakeCodeMode(state), server)
+        catalog_service_pb2_grpc.add_CatalogServiceServicer_to_server(FakeCatalogs(), server)
+        run_service_pb2_grpc.add_RunServiceServicer_to_server(FakeRuns(), server)
+
+    async with serving(register) as address:
+        yield state, address
 
 
 @pytest_asyncio.fixture(loop_scope="function")

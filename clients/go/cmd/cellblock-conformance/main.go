@@ -193,6 +193,18 @@ func (s *scenario) wait(ctx context.Context, runID string, h cellblock.Handlers)
 	return s.c.Wait(ctx, s.scope, cellblock.WaitOptions{LegOptions: s.legOptions(h), ToolCallID: s.execID + "-wait", RunID: runID})
 }
 
+// execWaiting runs the scenario's program, which must return waiting.
+func (s *scenario) execWaiting(ctx context.Context, h cellblock.Handlers) (*cellblock.RunResult, error) {
+	first, err := s.exec(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	if first.Status != "waiting" {
+		return nil, fmt.Errorf("expected waiting: %s", first.ResultJSON)
+	}
+	return first, nil
+}
+
 // registerAndExec registers the catalog, runs the scenario's program with the shared handlers
 // and returns the observation of its single leg.
 func (s *scenario) registerAndExec(ctx context.Context) (obj, error) {
@@ -240,6 +252,19 @@ func leg(r *cellblock.RunResult) (obj, error) {
 		"legCount":    r.Metadata.GetLegCount(),
 		"bridgeCalls": obj{"search": calls.GetSearch(), "describe": calls.GetDescribe(), "call": calls.GetCall()},
 	}, nil
+}
+
+// legsOf is the observation of each leg (leg), in order.
+func legsOf(results ...*cellblock.RunResult) ([]obj, error) {
+	out := make([]obj, len(results))
+	for i, r := range results {
+		o, err := leg(r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = o
+	}
+	return out, nil
 }
 
 func statusOf(err error) obj {
@@ -311,12 +336,9 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 			return nil, err
 		}
 		h := s.handlers(nil)
-		first, err := s.exec(ctx, h)
+		first, err := s.execWaiting(ctx, h)
 		if err != nil {
 			return nil, err
-		}
-		if first.Status != "waiting" {
-			return nil, fmt.Errorf("expected waiting: %s", first.ResultJSON)
 		}
 		run, err := s.c.GetRun(ctx, s.scope, first.RunID)
 		if err != nil {
@@ -474,12 +496,9 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 			}
 		}
 		h := s.handlers(cellblock.Handlers{"hold": hold})
-		first, err := s.exec(ctx, h)
+		first, err := s.execWaiting(ctx, h)
 		if err != nil {
 			return nil, err
-		}
-		if first.Status != "waiting" {
-			return nil, fmt.Errorf("expected waiting: %s", first.ResultJSON)
 		}
 		other := cellblock.Scope{SessionID: s.scope.SessionID + "-other", AgentRunID: s.scope.AgentRunID}
 		refused, err := s.c.Wait(ctx, other, cellblock.WaitOptions{LegOptions: s.legOptions(h), ToolCallID: s.execID + "-other", RunID: first.RunID})
@@ -504,6 +523,58 @@ var scenarios = map[string]func(ctx context.Context, s *scenario) (obj, error){
 		}
 		l3, err := leg(final)
 		return obj{"first": l1, "refused": l2, "final": l3, "waits": waits, "calls": s.callList()}, err
+	},
+	"second_wait": func(ctx context.Context, s *scenario) (obj, error) {
+		if _, err := s.register(ctx, s.scope); err != nil {
+			return nil, err
+		}
+		released := make(chan struct{})
+		second := make(chan obj, 1)
+		hold := func(hctx context.Context, input json.RawMessage, call cellblock.ToolCallInfo) (any, error) {
+			var in struct {
+				Step int `json:"step"`
+			}
+			_ = json.Unmarshal(input, &in)
+			if in.Step == 1 {
+				select {
+				case <-released:
+				case <-hctx.Done():
+					return nil, hctx.Err()
+				}
+			} else {
+				// Runs on the open wait's leg: a second wait on the run now must be refused and change nothing.
+				r, err := s.c.Wait(ctx, s.scope, cellblock.WaitOptions{ToolCallID: s.execID + "-second", RunID: call.RunID})
+				o := statusOf(err)
+				if err == nil {
+					if o, err = leg(r); err != nil {
+						return nil, err
+					}
+				}
+				second <- o
+			}
+			return obj{"details": obj{"answer": fmt.Sprintf("released-%d", in.Step)}}, nil
+		}
+		h := s.handlers(cellblock.Handlers{"hold": hold})
+		first, err := s.execWaiting(ctx, h)
+		if err != nil {
+			return nil, err
+		}
+		close(released) // answers between the legs: sent right after the wait's start
+		resumed, err := s.wait(ctx, first.RunID, h)
+		if err != nil {
+			return nil, err
+		}
+		legs, err := legsOf(first, resumed)
+		if err != nil {
+			return nil, err
+		}
+		out := obj{"first": legs[0], "second": obj{}, "resumed": legs[1], "calls": s.callList()}
+		select {
+		case o := <-second:
+			out["second"] = o
+		default:
+		}
+		return out, nil
 	},
 	"grpc_status": func(ctx context.Context, s *scenario) (obj, error) {
 		blank := cellblock.Scope{SessionID: " ", AgentRunID: "x"}
