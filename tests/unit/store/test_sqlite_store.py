@@ -174,3 +174,30 @@ async def test_a_wait_cancelled_while_the_store_claims_gives_the_run_back(tmp_pa
     assert (await store.claim("run_c", "s", "a", "t-next", LEASE)).status == "claimed"
     assert await store.check_integrity() == []
     await store.close()
+
+
+async def test_a_claim_and_a_removal_do_not_rewrite_the_freed_snapshot_pages(tmp_path: Path) -> None:
+    # A claim rewrites the run's row (its snapshot's overflow pages with it) and a removal
+    # frees them. With secure_delete=ON (the default of some SQLite builds) every freed page
+    # was zeroed in the same transaction: one more WAL frame per page, synced by the next
+    # FULL commit. The store's connection uses FAST: a removal writes a few pages, not the
+    # snapshot's, and a claim writes the snapshot once.
+    snapshot = os.urandom(200_000)  # incompressible: about 49 overflow pages of 4 KiB
+    pages = len(snapshot) // 4096
+    store = await _open(tmp_path)
+    wal = Path(store.path + "-wal")
+
+    async def frames_of(operation: Any) -> int:
+        await store.call(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+        assert wal.stat().st_size == 0
+        await operation()
+        return (wal.stat().st_size - 32) // (4096 + 24)  # WAL header, then one header + page per frame
+
+    assert await store.reserve_slot("run_1", "s", "a", 1.0, "t1", LEASE)
+    assert await store.park(_park("run_1", snapshot), "t1") is not None
+    claim_frames = await frames_of(lambda: store.claim("run_1", "s", "a", "t2", LEASE))
+    remove_frames = await frames_of(lambda: store.remove("run_1", "t2"))
+    assert pages <= claim_frames < pages + 10, claim_frames
+    assert remove_frames < 10, remove_frames
+    assert await store.get("run_1") is None and await store.check_integrity() == []
+    await store.close()
