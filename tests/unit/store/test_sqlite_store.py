@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from cellblock.server.store import Park, SqliteRunStore
+from cellblock.server.store._base import snapshot_digest
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 LEASE = 5.0
@@ -176,12 +177,12 @@ async def test_a_wait_cancelled_while_the_store_claims_gives_the_run_back(tmp_pa
     await store.close()
 
 
-async def test_a_claim_and_a_removal_do_not_rewrite_the_freed_snapshot_pages(tmp_path: Path) -> None:
-    # A claim rewrites the run's row (its snapshot's overflow pages with it) and a removal
-    # frees them. With secure_delete=ON (the default of some SQLite builds) every freed page
-    # was zeroed in the same transaction: one more WAL frame per page, synced by the next
-    # FULL commit. The store's connection uses FAST: a removal writes a few pages, not the
-    # snapshot's, and a claim writes the snapshot once.
+async def test_a_claim_and_a_removal_write_a_few_pages_not_the_snapshot(tmp_path: Path) -> None:
+    # The snapshot's pages are written once, by its park. A claim rewrites the run's row, which
+    # no longer holds the snapshot (migration 0002; inline, each claim rewrote its overflow pages),
+    # and a removal frees its pages without zeroing them (secure_delete=FAST; the ON default of
+    # some SQLite builds zeroed each freed page in the same transaction): a few WAL frames each,
+    # not the snapshot's, for the next FULL commit to sync.
     snapshot = os.urandom(200_000)  # incompressible: about 49 overflow pages of 4 KiB
     pages = len(snapshot) // 4096
     store = await _open(tmp_path)
@@ -194,10 +195,49 @@ async def test_a_claim_and_a_removal_do_not_rewrite_the_freed_snapshot_pages(tmp
         return (wal.stat().st_size - 32) // (4096 + 24)  # WAL header, then one header + page per frame
 
     assert await store.reserve_slot("run_1", "s", "a", 1.0, "t1", LEASE)
-    assert await store.park(_park("run_1", snapshot), "t1") is not None
-    claim_frames = await frames_of(lambda: store.claim("run_1", "s", "a", "t2", LEASE))
+    park_frames = await frames_of(lambda: store.park(_park("run_1", snapshot), "t1"))
+    claimed: list[Any] = []
+    claim_frames = await frames_of(lambda: _append(claimed, store.claim("run_1", "s", "a", "t2", LEASE)))
     remove_frames = await frames_of(lambda: store.remove("run_1", "t2"))
-    assert pages <= claim_frames < pages + 10, claim_frames
-    assert remove_frames < 10, remove_frames
+    assert claimed[0].status == "claimed" and claimed[0].record.snapshot == snapshot
+    assert park_frames >= pages and claim_frames < 10 and remove_frames < 10, (park_frames, claim_frames, remove_frames)
     assert await store.get("run_1") is None and await store.check_integrity() == []
+    await store.close()
+
+
+async def _append(into: list[Any], value: Any) -> None:
+    into.append(await value)
+
+
+async def test_a_run_parked_under_schema_1_keeps_its_snapshot_through_migration_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A store written before migration 0002 (the snapshot inline in its run's row): its parked
+    # run is claimed with the same snapshot after the upgrade, and removed with it.
+    import shutil
+    import sqlite3
+
+    from cellblock.server.store import _sql
+
+    old = tmp_path / "migrations" / "sqlite"
+    old.mkdir(parents=True)
+    shutil.copy(_sql.MIGRATIONS / "sqlite" / "0001_runs.sql", old)
+    with monkeypatch.context() as patch:
+        patch.setattr(_sql, "MIGRATIONS", tmp_path / "migrations")
+        store = await _open(tmp_path)
+        await store.close()
+    snapshot = os.urandom(50_000)
+    conn = sqlite3.connect(tmp_path / "runs.sqlite3", isolation_level=None)
+    conn.execute(
+        "INSERT INTO cellblock_runs (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, snapshot, "
+        "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
+        "VALUES ('run_old', 's', 'a', 'suspended', 1.0, 1e12, 1, 1, ?, ?, ?, ?, 'inline', 'build', NULL, 0, 1.0)",
+        (b'{"v":1}', snapshot, len(snapshot), snapshot_digest(snapshot)),
+    )
+    conn.close()
+    store = await _open(tmp_path)
+    assert await store.check_integrity() == []
+    claim = await store.claim("run_old", "s", "a", "t2", LEASE)
+    assert claim.status == "claimed" and claim.record is not None and claim.record.snapshot == snapshot
+    assert await store.remove("run_old", "t2")
+    assert await store.call(lambda c: c.execute("SELECT count(*) FROM cellblock_snapshots").fetchone()[0]) == 0
+    assert await store.check_integrity() == []
     await store.close()
