@@ -20,13 +20,14 @@ replica's death (SPEC §16.1 item 6).
 
 ``secure_delete=FAST`` (:data:`_SECURE_DELETE`): SQLite builds that default to
 ``secure_delete=ON`` (Debian's, among others) zero every freed page in the
-same transaction, so a claim (which rewrites the row, the snapshot's overflow
-pages with it) wrote the snapshot twice and a removal once more, each page a
-WAL frame the next FULL commit syncs. FAST zeroes freed content inside b-tree
-pages only; freed overflow pages keep their bytes until SQLite reuses them, in
-a file (and a WAL, which keeps copies of every written page until it is
-overwritten, whatever the setting) that only the service reads. Measured on
-the exec/wait pairs of bench/README.md ("the run store's freed pages").
+same transaction, so a removal wrote the snapshot's pages once more (and, while
+the snapshot was inline in the run's row, a claim rewrote it and zeroed the old
+pages), each page a WAL frame the next FULL commit syncs. FAST zeroes freed
+content inside b-tree pages only; freed overflow pages keep their bytes until
+SQLite reuses them, in a file (and a WAL, which keeps copies of every written
+page until it is overwritten, whatever the setting) that only the service
+reads. Measured on the exec/wait pairs (bench/README.md, "the run store's
+pages").
 """
 
 from __future__ import annotations
