@@ -241,3 +241,17 @@ async def test_a_run_parked_under_schema_1_keeps_its_snapshot_through_migration_
     assert await store.call(lambda c: c.execute("SELECT count(*) FROM cellblock_snapshots").fetchone()[0]) == 0
     assert await store.check_integrity() == []
     await store.close()
+
+
+async def test_a_sweep_drops_the_snapshot_of_every_run_it_frees_in_chunks(tmp_path: Path) -> None:
+    # The sweep deletes the swept runs' snapshots 500 ids a statement (a sweep may free more runs
+    # than a statement may bind): 1001 expired parks, three statements, leave none.
+    store = SqliteRunStore(str(tmp_path / "runs.sqlite3"), 2000)  # one scope may hold 1500
+    await store.open()
+    for i in range(1001):
+        assert await store.reserve_slot(f"run_{i}", "s", "a", 1.0, "t", LEASE)
+        assert await store.park(Park(f"run_{i}", "s", "a", 1.0, b'{"v":1}', b"snap", "build", 0.0), "t") is not None
+    assert len(await store.sweep()) == 1001
+    assert await store.call(lambda c: c.execute("SELECT count(*) FROM cellblock_snapshots").fetchone()[0]) == 0
+    assert await store.counts() == (0, 0) and await store.check_integrity() == []
+    await store.close()

@@ -252,9 +252,13 @@ class SqlRunStore(RunStore):
 
     @staticmethod
     async def _drop_snapshots(tx: Tx, run_ids: Sequence[str]) -> None:
-        """Deletes the snapshots of ``run_ids`` (records deleted or cancelled in ``tx``)."""
-        if run_ids:
-            await tx.run(f"DELETE FROM {SNAPSHOTS} WHERE run_id IN ({', '.join('?' * len(run_ids))})", *run_ids)
+        """Deletes the snapshots of ``run_ids`` (records deleted or cancelled in ``tx``), 500 ids a statement.
+
+        A sweep may free more runs at once than a statement may bind parameters (SQLite: 32766).
+        """
+        for i in range(0, len(run_ids), 500):
+            ids = run_ids[i : i + 500]
+            await tx.run(f"DELETE FROM {SNAPSHOTS} WHERE run_id IN ({', '.join('?' * len(ids))})", *ids)
 
     async def cancel(self, run_id: str, session_id: str, agent_run_id: str, until: float) -> None:
         async with self.transaction() as tx:
