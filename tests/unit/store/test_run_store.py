@@ -229,9 +229,11 @@ async def test_integrity_check_catches_a_snapshot_that_does_not_match(store: Run
     from cellblock.server.store import SqliteRunStore
 
     assert isinstance(store, SqliteRunStore)
-    await store.call(lambda c: c.execute("UPDATE cellblock_runs SET snapshot = ? WHERE run_id = 'run_bad'", (b"evil",)))
+    await store.call(lambda c: c.execute("UPDATE cellblock_snapshots SET snapshot = ? WHERE run_id = 'run_bad'", (b"evil",)))
     assert await store.check_integrity() == ["run_bad: suspended without a matching snapshot"]
     await store.call(lambda c: c.execute("DELETE FROM cellblock_runs"))
+    assert await store.check_integrity() == ["run_bad: a snapshot without its run"]
+    await store.call(lambda c: c.execute("DELETE FROM cellblock_snapshots"))
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from cellblock.server.store import Park, SqliteRunStore
+from cellblock.server.store._base import snapshot_digest
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 LEASE = 5.0
@@ -173,4 +174,84 @@ async def test_a_wait_cancelled_while_the_store_claims_gives_the_run_back(tmp_pa
     assert record is not None and record.state == "suspended" and record.lease_token is None, record
     assert (await store.claim("run_c", "s", "a", "t-next", LEASE)).status == "claimed"
     assert await store.check_integrity() == []
+    await store.close()
+
+
+async def test_a_claim_and_a_removal_write_a_few_pages_not_the_snapshot(tmp_path: Path) -> None:
+    # The snapshot's pages are written once, by its park. A claim rewrites the run's row, which
+    # no longer holds the snapshot (migration 0002; inline, each claim rewrote its overflow pages),
+    # and a removal frees its pages without zeroing them (secure_delete=FAST; the ON default of
+    # some SQLite builds zeroed each freed page in the same transaction): a few WAL frames each,
+    # not the snapshot's, for the next FULL commit to sync.
+    snapshot = os.urandom(200_000)  # incompressible: about 49 overflow pages of 4 KiB
+    pages = len(snapshot) // 4096
+    store = await _open(tmp_path)
+    wal = Path(store.path + "-wal")
+
+    async def frames_of(operation: Any) -> int:
+        await store.call(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+        assert wal.stat().st_size == 0
+        await operation()
+        return (wal.stat().st_size - 32) // (4096 + 24)  # WAL header, then one header + page per frame
+
+    assert await store.reserve_slot("run_1", "s", "a", 1.0, "t1", LEASE)
+    park_frames = await frames_of(lambda: store.park(_park("run_1", snapshot), "t1"))
+    claimed: list[Any] = []
+    claim_frames = await frames_of(lambda: _append(claimed, store.claim("run_1", "s", "a", "t2", LEASE)))
+    remove_frames = await frames_of(lambda: store.remove("run_1", "t2"))
+    assert claimed[0].status == "claimed" and claimed[0].record.snapshot == snapshot
+    assert park_frames >= pages and claim_frames < 10 and remove_frames < 10, (park_frames, claim_frames, remove_frames)
+    assert await store.get("run_1") is None and await store.check_integrity() == []
+    await store.close()
+
+
+async def _append(into: list[Any], value: Any) -> None:
+    into.append(await value)
+
+
+async def test_a_run_parked_under_schema_1_keeps_its_snapshot_through_migration_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A store written before migration 0002 (the snapshot inline in its run's row): its parked
+    # run is claimed with the same snapshot after the upgrade, and removed with it.
+    import shutil
+    import sqlite3
+
+    from cellblock.server.store import _sql
+
+    old = tmp_path / "migrations" / "sqlite"
+    old.mkdir(parents=True)
+    shutil.copy(_sql.MIGRATIONS / "sqlite" / "0001_runs.sql", old)
+    with monkeypatch.context() as patch:
+        patch.setattr(_sql, "MIGRATIONS", tmp_path / "migrations")
+        store = await _open(tmp_path)
+        await store.close()
+    snapshot = os.urandom(50_000)
+    conn = sqlite3.connect(tmp_path / "runs.sqlite3", isolation_level=None)
+    conn.execute(
+        "INSERT INTO cellblock_runs (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, snapshot, "
+        "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
+        "VALUES ('run_old', 's', 'a', 'suspended', 1.0, 1e12, 1, 1, ?, ?, ?, ?, 'inline', 'build', NULL, 0, 1.0)",
+        (b'{"v":1}', snapshot, len(snapshot), snapshot_digest(snapshot)),
+    )
+    conn.close()
+    store = await _open(tmp_path)
+    assert await store.check_integrity() == []
+    claim = await store.claim("run_old", "s", "a", "t2", LEASE)
+    assert claim.status == "claimed" and claim.record is not None and claim.record.snapshot == snapshot
+    assert await store.remove("run_old", "t2")
+    assert await store.call(lambda c: c.execute("SELECT count(*) FROM cellblock_snapshots").fetchone()[0]) == 0
+    assert await store.check_integrity() == []
+    await store.close()
+
+
+async def test_a_sweep_drops_the_snapshot_of_every_run_it_frees_in_chunks(tmp_path: Path) -> None:
+    # The sweep deletes the swept runs' snapshots 500 ids a statement (a sweep may free more runs
+    # than a statement may bind): 1001 expired parks, three statements, leave none.
+    store = SqliteRunStore(str(tmp_path / "runs.sqlite3"), 2000)  # one scope may hold 1500
+    await store.open()
+    for i in range(1001):
+        assert await store.reserve_slot(f"run_{i}", "s", "a", 1.0, "t", LEASE)
+        assert await store.park(Park(f"run_{i}", "s", "a", 1.0, b'{"v":1}', b"snap", "build", 0.0), "t") is not None
+    assert len(await store.sweep()) == 1001
+    assert await store.call(lambda c: c.execute("SELECT count(*) FROM cellblock_snapshots").fetchone()[0]) == 0
+    assert await store.counts() == (0, 0) and await store.check_integrity() == []
     await store.close()

@@ -30,6 +30,9 @@ from cellblock.server.store._base import (
 )
 
 TABLE = "cellblock_runs"
+#: The snapshots of the runs whose record names one (migration 0002): a claim, a release and a
+#: renewal rewrite the run's row without them.
+SNAPSHOTS = "cellblock_snapshots"
 _HEADER = (
     "run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
     "snapshot_size, snapshot_sha256, engine_build_id, lease_token, lease_until"
@@ -183,9 +186,12 @@ class SqlRunStore(RunStore):
                 return None
             expires = now + park.ttl_seconds
             await tx.run(
-                f"UPDATE {TABLE} SET state = 'suspended', expires_at = ?, generation = generation + 1, body = ?, snapshot = ?, snapshot_size = ?, "
+                f"UPDATE {TABLE} SET state = 'suspended', expires_at = ?, generation = generation + 1, body = ?, snapshot_size = ?, "
                 "snapshot_sha256 = ?, snapshot_placement = 'inline', engine_build_id = ?, lease_token = NULL, lease_until = 0, updated_at = ? WHERE run_id = ?",
-                expires, park.body, park.snapshot, len(park.snapshot), snapshot_digest(park.snapshot), park.engine_build_id, now, park.run_id,
+                expires, park.body, len(park.snapshot), snapshot_digest(park.snapshot), park.engine_build_id, now, park.run_id,
+            )
+            await tx.run(
+                f"INSERT INTO {SNAPSHOTS} (run_id, snapshot) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET snapshot = excluded.snapshot", park.run_id, park.snapshot
             )
             return expires
 
@@ -193,17 +199,20 @@ class SqlRunStore(RunStore):
     async def claim(self, run_id: str, session_id: str, agent_run_id: str, lease_token: str, lease_seconds: float) -> Claim:
         async with self.transaction() as tx:
             now = await self.tx_now(tx)
-            row = await tx.one(f"SELECT {_HEADER}, snapshot FROM {TABLE} WHERE run_id = ?{self.for_update}", run_id)
+            row = await tx.one(f"SELECT {_HEADER} FROM {TABLE} WHERE run_id = ?{self.for_update}", run_id)
             if row is None:
                 return Claim("missing")
-            record = _record(row, bytes(row[14]) if row[14] is not None else None)
+            record = _record(row)
             expired = await tx.one(f"SELECT 1 FROM {TABLE} WHERE run_id = ? AND {_EXPIRED}", run_id, now, now, now, now, now)
             if expired is not None:
                 await tx.run(f"DELETE FROM {TABLE} WHERE run_id = ?", run_id)
+                await self._drop_snapshots(tx, [run_id])
                 return Claim("missing")
             refused = refused_claim(record, session_id, agent_run_id, now)
             if refused is not None:
                 return refused
+            stored = await tx.one(f"SELECT snapshot FROM {SNAPSHOTS} WHERE run_id = ?", run_id)
+            record = replace(record, snapshot=bytes(stored[0]) if stored is not None else None)
             until = now + lease_seconds
             await tx.run(f"UPDATE {TABLE} SET state = 'active', lease_token = ?, lease_until = ?, updated_at = ? WHERE run_id = ?", lease_token, until, now, run_id)
             taken_over = record.state == "active"
@@ -233,9 +242,23 @@ class SqlRunStore(RunStore):
     async def remove(self, run_id: str, lease_token: str | None) -> bool:
         async with self.transaction() as tx:
             if lease_token is not None:
-                return await tx.run(f"DELETE FROM {TABLE} WHERE run_id = ? AND lease_token = ? AND state <> 'cancelled'", run_id, lease_token) > 0
-            now = await self.tx_now(tx)
-            return await tx.run(f"DELETE FROM {TABLE} WHERE run_id = ? AND state <> 'cancelled' AND {_FREE}", run_id, now) > 0
+                removed = await tx.run(f"DELETE FROM {TABLE} WHERE run_id = ? AND lease_token = ? AND state <> 'cancelled'", run_id, lease_token) > 0
+            else:
+                now = await self.tx_now(tx)
+                removed = await tx.run(f"DELETE FROM {TABLE} WHERE run_id = ? AND state <> 'cancelled' AND {_FREE}", run_id, now) > 0
+            if removed:
+                await self._drop_snapshots(tx, [run_id])
+            return removed
+
+    @staticmethod
+    async def _drop_snapshots(tx: Tx, run_ids: Sequence[str]) -> None:
+        """Deletes the snapshots of ``run_ids`` (records deleted or cancelled in ``tx``), 500 ids a statement.
+
+        A sweep may free more runs at once than a statement may bind parameters (SQLite: 32766).
+        """
+        for i in range(0, len(run_ids), 500):
+            ids = run_ids[i : i + 500]
+            await tx.run(f"DELETE FROM {SNAPSHOTS} WHERE run_id IN ({', '.join('?' * len(ids))})", *ids)
 
     async def cancel(self, run_id: str, session_id: str, agent_run_id: str, until: float) -> None:
         async with self.transaction() as tx:
@@ -251,16 +274,19 @@ class SqlRunStore(RunStore):
                 return
             keep = float(row[0]) if float(row[0]) > 0 else until
             await tx.run(
-                f"UPDATE {TABLE} SET state = 'cancelled', expires_at = ?, holds_slot = 0, body = ?, snapshot = NULL, snapshot_size = 0, "
+                f"UPDATE {TABLE} SET state = 'cancelled', expires_at = ?, holds_slot = 0, body = ?, snapshot_size = 0, "
                 "snapshot_sha256 = '', lease_token = NULL, lease_until = 0, updated_at = ? WHERE run_id = ?",
                 keep, b"", now, run_id,
             )
+            await self._drop_snapshots(tx, [run_id])
 
     async def sweep(self) -> list[RunRecord]:
         async with self.transaction() as tx:
             now = await self.tx_now(tx)
             rows = await tx.all(f"DELETE FROM {TABLE} WHERE {_EXPIRED} RETURNING {_HEADER}", now, now, now, now, now)
-            return [r for r in map(_record, rows) if r.state != "cancelled"]
+            swept = [_record(r) for r in rows]
+            await self._drop_snapshots(tx, [r.run_id for r in swept])
+            return [r for r in swept if r.state != "cancelled"]
 
     # ------------------------------------------------------------------ reads
     async def get(self, run_id: str) -> RunRecord | None:
@@ -285,7 +311,12 @@ class SqlRunStore(RunStore):
         problems: list[str] = []
         async with self.transaction() as tx:
             problems += await self.backend_check(tx)
-            rows = await tx.all(f"SELECT run_id, state, holds_slot, body, snapshot, snapshot_size, snapshot_sha256, snapshot_placement FROM {TABLE}")
+            rows = await tx.all(
+                f"SELECT r.run_id, r.state, r.holds_slot, r.body, s.snapshot, r.snapshot_size, r.snapshot_sha256, r.snapshot_placement "
+                f"FROM {TABLE} r LEFT JOIN {SNAPSHOTS} s ON s.run_id = r.run_id"
+            )
+            orphans = await tx.all(f"SELECT run_id FROM {SNAPSHOTS} WHERE run_id NOT IN (SELECT run_id FROM {TABLE})")
+        problems += [f"{orphan[0]}: a snapshot without its run" for orphan in orphans]
         slots = 0
         for run_id, state, holds, body, snapshot, size, digest, placement in rows:
             slots += int(holds)

@@ -17,6 +17,17 @@ the next FULL commit (the leg's park or removal) syncs them with it. Only a cras
 of the host can lose one, and that also ends every leg that relied on it (the
 store is one file on one host): the run is then at its last park, as after a
 replica's death (SPEC §16.1 item 6).
+
+``secure_delete=FAST`` (:data:`_SECURE_DELETE`): SQLite builds that default to
+``secure_delete=ON`` (Debian's, among others) zero every freed page in the
+same transaction, so a removal wrote the snapshot's pages once more (and, while
+the snapshot was inline in the run's row, a claim rewrote it and zeroed the old
+pages), each page a WAL frame the next FULL commit syncs. FAST zeroes freed
+content inside b-tree pages only; freed overflow pages keep their bytes until
+SQLite reuses them, in a file (and a WAL, which keeps copies of every written
+page until it is overwritten, whatever the setting) that only the service
+reads. Measured on the exec/wait pairs (bench/README.md, "the run store's
+pages").
 """
 
 from __future__ import annotations
@@ -41,6 +52,8 @@ BUSY_TIMEOUT_S = 30.0
 _HOST_DURABLE = "FULL"
 #: ``PRAGMA synchronous`` of claims, renewals and slot reservations (see the module docstring).
 _PROCESS_DURABLE = "NORMAL"
+#: ``PRAGMA secure_delete`` of the store's connection (see the module docstring).
+_SECURE_DELETE = "FAST"
 
 
 class _SqliteTx(Tx):
@@ -144,6 +157,7 @@ class SqliteRunStore(SqlRunStore):
                 raise sqlite3.OperationalError(f"journal_mode is {mode}, not wal")
             conn.execute(f"PRAGMA synchronous={_HOST_DURABLE}")
             conn.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
+            conn.execute(f"PRAGMA secure_delete={_SECURE_DELETE}")
             return conn
 
         try:
