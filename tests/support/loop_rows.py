@@ -80,7 +80,11 @@ def many_tools(count: int, description_chars: int) -> list[Tool]:
     return [Tool(source="host", owner="core", name=f"t{i}", description="alpha " + "d" * description_chars, parameters=wide_schema(5)) for i in range(count)]
 
 
-_DENSE_CASES = ("put_mcp", "surface_put", "dense_input", "dense_output", "surface", "park_dense")
+_DENSE_CASES = ("put_mcp", "surface_put", "dense_input", "dense_output", "surface", "park_dense", "final_dense", "final_truncated")
+#: Rows of the dense final value over a 10 MiB ``maxOutputBytes`` (about 11 MB, under the bridge bound of 11 MiB: truncated from its text).
+OVER_ROWS = 320_000
+#: The largest output budget (``maxOutputBytes``' top): a final value near the host's bridge bound fits it.
+MOST_OUTPUT = LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000, max_output_bytes=10 * 1024 * 1024)
 
 
 async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: int, big: LimitOverrides) -> dict[str, Any]:
@@ -100,6 +104,15 @@ async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: i
         await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows", output_schema=OBJECT)])
         code = "return (await tools.callValue('host:core:rows', {})).rows.length;"
         result = await _exec(client, scope, tool_call_id="do", code=code, handlers={"host:core:rows": _dense_rows(DENSE_ROWS)}, limits=big)
+    elif case in ("final_dense", "final_truncated"):  # a final value of megabytes: read once, or truncated from its text
+        await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
+        rows = DENSE_ROWS if case == "final_dense" else OVER_ROWS
+        result = await _exec(client, scope, tool_call_id="fv", code=f"return {DENSE_JS % rows};", handlers={}, limits=MOST_OUTPUT)
+        value = result.value
+        whole = isinstance(value, list) and len(value) == rows and value[-1] == {"i": rows - 1, "f": rows - 0.5, "b": True}
+        marked = isinstance(value, dict) and value.get("truncated") is True and value["prefix"].startswith('[{"i":0,')
+        if not (whole if case == "final_dense" else marked):
+            return {"ok": False, "status": result.status, "error": result.error[:300] if result.error else "", "value": str(value)[:300]}
     elif case == "surface":  # the scope was registered before (surface_put): only the surface is measured
         for model in ("", "anthropic/claude-opus-5", ""):
             surface = await client.tool_surface(scope, model)

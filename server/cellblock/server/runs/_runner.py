@@ -20,6 +20,7 @@ from cellblock.server.cells import Executor, ScopeCells, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, SOURCE_BUDGET_MS
 from cellblock.server.runs._codec import RunDecodeError
+from cellblock.server.runs._final_value import project_final
 from cellblock.server.runs._leg import Leg
 from cellblock.server.runs._output import NotSerializableError, OutputBudget
 from cellblock.server.runs._policy import settle_yields
@@ -369,7 +370,7 @@ class Runner:
         output = accepted + markers
         if outcome.status is RunStatus.COMPLETED:
             try:
-                value = budget.final_value(outcome.value) if outcome.value_text is None else budget.final_text(outcome.value_text)
+                value = await project_final(run, outcome, self.cpu)
             except NotSerializableError as exc:
                 cell_id = outcome.cell_id
                 outcome = failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(str(exc)))
