@@ -213,6 +213,11 @@ def r21(cell_wait_ms: int) -> str:
     return f"cell runtime unavailable: the service is busy and no cell was ready within {cell_wait_ms} ms; the program did not run. Try again shortly."
 
 
+def r24(wait_ms: int) -> str:
+    """[R24]: no worker started preparing the source within the wait ``wait_ms`` (the cell wait, ``CELLBLOCK_CELL_WAIT_MS``)."""
+    return f"cell runtime unavailable: the service is busy and no worker could start preparing the program within {wait_ms} ms; the program did not run. Try again shortly."
+
+
 R22 = "internal error: the service failed while running this leg; the run was ended and what it held was released."
 R20 = "execution aborted because this cellblock service is shutting down; the cell was stopped and this run cannot be resumed."
 
