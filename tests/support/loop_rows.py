@@ -87,8 +87,21 @@ OVER_ROWS = 320_000
 MOST_OUTPUT = LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000, max_output_bytes=10 * 1024 * 1024)
 
 
+async def _final_case(client: CellblockClient, scope: Scope, case: str) -> dict[str, Any]:
+    """A final value of megabytes: read once and returned whole (``final_dense``), or truncated from its text (``final_truncated``)."""
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
+    rows = DENSE_ROWS if case == "final_dense" else OVER_ROWS
+    result = await _exec(client, scope, tool_call_id="fv", code=f"return {DENSE_JS % rows};", handlers={}, limits=MOST_OUTPUT)
+    value = result.value
+    whole = isinstance(value, list) and len(value) == rows and value[-1] == {"i": rows - 1, "f": rows - 0.5, "b": True}
+    marked = isinstance(value, dict) and value.get("truncated") is True and value["prefix"].startswith('[{"i":0,')
+    return {"ok": whole if case == "final_dense" else marked, "status": result.status, "error": result.error[:300] if result.error else "", "value": str(value)[:300]}
+
+
 async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: int, big: LimitOverrides) -> dict[str, Any]:
     """The cases of big mcp catalogs, dense JSON, big tool surfaces and parked runs of a dense catalog (see :func:`run_case`)."""
+    if case in ("final_dense", "final_truncated"):
+        return await _final_case(client, scope, case)
     if case == "put_mcp":
         await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
         return {"ok": True}
@@ -104,15 +117,6 @@ async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: i
         await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows", output_schema=OBJECT)])
         code = "return (await tools.callValue('host:core:rows', {})).rows.length;"
         result = await _exec(client, scope, tool_call_id="do", code=code, handlers={"host:core:rows": _dense_rows(DENSE_ROWS)}, limits=big)
-    elif case in ("final_dense", "final_truncated"):  # a final value of megabytes: read once, or truncated from its text
-        await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
-        rows = DENSE_ROWS if case == "final_dense" else OVER_ROWS
-        result = await _exec(client, scope, tool_call_id="fv", code=f"return {DENSE_JS % rows};", handlers={}, limits=MOST_OUTPUT)
-        value = result.value
-        whole = isinstance(value, list) and len(value) == rows and value[-1] == {"i": rows - 1, "f": rows - 0.5, "b": True}
-        marked = isinstance(value, dict) and value.get("truncated") is True and value["prefix"].startswith('[{"i":0,')
-        if not (whole if case == "final_dense" else marked):
-            return {"ok": False, "status": result.status, "error": result.error[:300] if result.error else "", "value": str(value)[:300]}
     elif case == "surface":  # the scope was registered before (surface_put): only the surface is measured
         for model in ("", "anthropic/claude-opus-5", ""):
             surface = await client.tool_surface(scope, model)

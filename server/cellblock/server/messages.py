@@ -196,11 +196,7 @@ def r05(timeout_ms: int) -> str:
 
 
 def r06(timeout_ms: int) -> str:
-    """Returns [R06] for a cell killed by the watchdog.
-
-    Args:
-        timeout_ms: The run's ``timeoutMs`` in milliseconds.
-    """
+    """Returns [R06] for a cell killed by the watchdog (``timeout_ms``: the run's ``timeoutMs`` in milliseconds)."""
     return f"timeout exceeded: the cell did not stop within {timeout_ms} ms plus 2000 ms grace and was killed."
 
 
