@@ -367,7 +367,7 @@ def final_marker(text: str, allowance: int) -> dict[str, Any]:
 
     ``{truncated, omittedBytes, guidance, prefix}`` with the longest UTF-8-safe prefix of
     ``text`` that keeps the marker within ``allowance``. Pure and module-level: a long text's
-    marker is built in a worker process (``_final_value.project_final``).
+    marker is built in a worker process (``_large_json.final_marker_in_worker``).
 
     Args:
         text: The value's compact JSON.
