@@ -79,3 +79,4 @@ async def test_a_call_no_worker_starts_within_its_wait_is_busy_and_never_runs(po
     with pytest.raises(WorkBudgetExceeded) as raised:  # a call that overruns its own budget is not "busy"
         await pool.run(time.sleep, 2.0, budget_s=0.3, size=LARGE, tenant="mine", wait_s=10)
     assert not isinstance(raised.value, WorkerBusy)
+    assert pool._turns == {}  # no tenant's turns nor the lane's worker gate outlive their calls (a semaphore is bound to its loop)

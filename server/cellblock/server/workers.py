@@ -61,11 +61,13 @@ class WorkerFailed(Exception):  # noqa: N818
     """A worker process died or could not run the call (memory, a crash)."""
 
 
+#: The key of a lane's free workers among the tenants' turns (``CpuPool._gate``).
+_WORKERS = object()
 
 
 @dataclass
 class _Turns:
-    """One tenant's turns in one lane: ``slots`` counts its calls in the lane's queue, ``users`` its calls waiting or queued."""
+    """One tenant's turns in one lane, or the lane's free workers: ``slots`` counts the calls holding one, ``users`` those waiting or holding."""
 
     slots: asyncio.Semaphore
     users: int = 0
@@ -92,22 +94,28 @@ class CpuPool:
         self.workers = max(1, workers)
         self._pools: dict[bool, pebble.ProcessPool] = {}
         self._lock = threading.Lock()
-        #: Per lane and tenant, its turns (a semaphore of :meth:`share` calls) and the calls using it.
+        #: Per lane and tenant, its turns (a semaphore of :meth:`share` calls) and the calls using it;
+        #: per lane (tenant ``_WORKERS``), its free workers (a call holds one while it runs).
         self._turns: dict[tuple[bool, Hashable], _Turns] = {}
-        #: Per lane, its free workers (a call holds one while it runs).
-        self._slots: dict[bool, asyncio.Semaphore] = {}
 
     def share(self, small: bool) -> int:
         """Calls one tenant may have in a lane's queue at once: half the lane's workers, at least one."""
         return 1 if small else max(1, self.workers // 2)
 
     @contextlib.asynccontextmanager
-    async def _turn(self, small: bool, tenant: Hashable, budget_s: float, busy: type[WorkBudgetExceeded] = WorkBudgetExceeded) -> AsyncIterator[None]:
-        """Holds one of ``tenant``'s turns in the lane; waits at most ``budget_s`` for it (else raises ``busy``)."""
+    async def _gate(self, small: bool, tenant: Hashable, budget_s: float, busy: type[WorkBudgetExceeded]) -> AsyncIterator[None]:
+        """Holds one of ``tenant``'s turns in the lane (or, for ``_WORKERS``, one of its free workers); waits at most ``budget_s`` for it (else raises ``busy``).
+
+        The lane's calls queue for a worker here, never in pebble's queue: a call cancelled there
+        is still sent to a worker, which pebble then kills and replaces (a second of ``spawn``).
+        """
+        if budget_s <= 0:
+            raise busy
         key = (small, tenant)
         turns = self._turns.get(key)
         if turns is None:
-            turns = self._turns[key] = _Turns(asyncio.Semaphore(self.share(small)))
+            capacity = (1 if small else self.workers) if tenant is _WORKERS else self.share(small)
+            turns = self._turns[key] = _Turns(asyncio.Semaphore(capacity))
         turns.users += 1
         try:
             try:
@@ -121,7 +129,7 @@ class CpuPool:
         finally:
             turns.users -= 1
             if turns.users == 0:
-                del self._turns[key]  # no tenant leaves a trace once its calls ended
+                del self._turns[key]  # no tenant leaves a trace once its calls ended (nor a loop its semaphore)
 
     def _ensure(self, small: bool) -> pebble.ProcessPool:
         with self._lock:
@@ -161,30 +169,9 @@ class CpuPool:
         one_budget = wait_s is None
         stop_waiting = loop.time() + (budget_s if wait_s is None else wait_s)
         busy = WorkBudgetExceeded if one_budget else WorkerBusy
-        async with self._turn(small, tenant, stop_waiting - loop.time(), busy), self._worker(small, stop_waiting - loop.time(), busy):
+        async with self._gate(small, tenant, stop_waiting - loop.time(), busy), self._gate(small, _WORKERS, stop_waiting - loop.time(), busy):
             # A worker is free: pebble starts the call now and counts ``timeout`` from then.
             return await self._run(self._ensure(small), fn, args, stop_waiting - loop.time() if one_budget else budget_s)
-
-    @contextlib.asynccontextmanager
-    async def _worker(self, small: bool, wait_s: float, busy: type[WorkBudgetExceeded]) -> AsyncIterator[None]:
-        """Holds one of the lane's workers; waits at most ``wait_s`` for it (else raises ``busy``).
-
-        Calls queue here, never in pebble's own queue: a call cancelled there is still sent to
-        a worker, which pebble then kills and replaces (a second of ``spawn`` for the next call).
-        """
-        slots = self._slots.get(small)
-        if slots is None:
-            slots = self._slots[small] = asyncio.Semaphore(1 if small else self.workers)
-        if wait_s <= 0:
-            raise busy
-        try:
-            await asyncio.wait_for(slots.acquire(), timeout=wait_s)
-        except TimeoutError:
-            raise busy from None
-        try:
-            yield
-        finally:
-            slots.release()
 
     async def _run(self, pool: pebble.ProcessPool, fn: Callable[..., T], args: tuple[Any, ...], budget_s: float) -> T:
         if budget_s <= 0:
