@@ -3,7 +3,8 @@
 For each size, a fresh service process (``python -m cellblock.server``, Docker cells, no warm
 pool) runs one exec that returns a string of that many bytes from a cell with a large memory
 limit. Prints the process's RSS before the exec, its peak (``VmHWM``) during it and its RSS
-after, and the exec's outcome. ``BENCH_VALUE_MB`` lists the sizes (default ``10,60``).
+after, and the exec's outcome. ``BENCH_VALUE_MB`` lists the sizes (default ``10,60``);
+``BENCH_MAX_OUTPUT_BYTES`` sets the exec's ``maxOutputBytes`` (default: the deployment's, 64 KiB).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 
 IMAGE = os.environ.get("CELLBLOCK_IMAGE", "cellblock-cell:dev")
 SIZES_MB = [int(s) for s in os.environ.get("BENCH_VALUE_MB", "10,60").split(",")]
+MAX_OUTPUT_BYTES = int(os.environ["BENCH_MAX_OUTPUT_BYTES"]) if os.environ.get("BENCH_MAX_OUTPUT_BYTES") else None
 MIB = 1024 * 1024
 
 
@@ -47,7 +49,7 @@ async def one(size_mb: int) -> str:
                 # Reset the peak to the current RSS (Linux: writing 5 to clear_refs).
                 Path(f"/proc/{proc.pid}/clear_refs").write_text("5")
                 code = f'return "x".repeat({size_mb} * 1024 * 1024);'
-                result = await client.exec(scope, tool_call_id="big", code=code, handlers={}, limits=LimitOverrides(memory_limit_bytes=1024 * MIB, timeout_ms=30000))
+                result = await client.exec(scope, tool_call_id="big", code=code, handlers={}, limits=LimitOverrides(memory_limit_bytes=1024 * MIB, timeout_ms=30000, max_output_bytes=MAX_OUTPUT_BYTES))
                 peak = status_mib(proc.pid, "VmHWM")
                 await asyncio.sleep(1)
                 after = status_mib(proc.pid, "VmRSS")

@@ -1,8 +1,9 @@
-"""Waiting for a cell is bounded on its own; the program's budget is the program's (issue 11 items 6, 9).
+"""Waiting for a cell is bounded on its own; the program's budget is the program's (issue 11 items 1, 6, 9).
 
 Real services with real Docker cells: short ``timeoutMs`` programs complete under cell
-start latency, an exceeded cell wait is [R21] and leaks no container, and a paused
-pooled cell is never handed to a leg.
+start latency, an exceeded cell wait is [R21] and leaks no container, a paused
+pooled cell is never handed to a leg, and a program's source preparation budget counts
+its own preparation, not other scopes' queued ahead of it (an exceeded wait is [R24]).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import pytest
 import pytest_asyncio
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
+from cellblock.server import messages
 from cellblock.server.app import ServerSettings, Service, start_service
+from cellblock.server.limits import SOURCE_BUDGET_MS
+from cellblock.server.workers import CpuPool
 from tests.integration.conftest import IMAGE
 from tests.support.cells import cell_dirs, state_dir_in
 
@@ -239,3 +243,46 @@ async def test_a_pool_hit_leg_asks_the_engine_for_no_exit_waiter(make_service: A
     assert (result.status, result.value) == ("completed", "fresh"), result.raw_json
     assert result.metadata.cell_id in pooled, "the leg ran in the pooled cell"
     assert not [w for w in waited if w[:12] == pooled[result.metadata.cell_id]], "the pool-hit leg started an exit waiter of its own"
+
+
+#: Other scopes' programs that fill the worker pool: each takes its worker 1-2 s idle and 3-5 s at
+#: load 7-10 to prepare ("0;" repeated, 300 KB), four of them at least 6 s together: longer than the
+#: source preparation budget (5 s) on a fast machine as on a loaded one.
+FILLERS, FILLER = 4, "0;" * 150_000 + "return 1;"
+#: A program of 20 KB (the large lane, as the fillers): about 0.1-0.3 s of preparation.
+SMALL_PROGRAM = "0;" * 10_000 + "return 7;"
+
+
+async def _behind_fillers(svc: Service, cell_wait_ms: int) -> tuple[Any, float]:
+    """Execs :data:`SMALL_PROGRAM` once other scopes' :data:`FILLERS` hold the pool's one large-lane worker and its queue."""
+    async with await CellblockClient.connect(svc.address) as client:
+        scopes = [Scope(f"filler-{i}-{cell_wait_ms}", "fill") for i in range(FILLERS)] + [Scope(f"small-{cell_wait_ms}", "fill")]
+        for scope in scopes:
+            await client.put_catalog(scope, [Tool(source="host", name="noop")])
+        limits = LimitOverrides(timeout_ms=30000)
+        fillers = [asyncio.ensure_future(client.exec(scope, tool_call_id="f", code=FILLER, handlers={}, limits=limits)) for scope in scopes[:-1]]
+        await asyncio.sleep(0.5)  # the fillers are queued first
+        started = time.monotonic()
+        result = await client.exec(scopes[-1], tool_call_id="s", code=SMALL_PROGRAM, handlers={}, limits=limits)
+        waited = time.monotonic() - started
+        await asyncio.gather(*fillers)
+    return result, waited
+
+
+async def test_a_programs_preparation_budget_is_its_own_not_the_pools_queue(make_service: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Before, the 5 s budget counted the wait for a worker: a 20 KB program queued behind four other
+    # scopes' preparations failed with [S05] ("the program is too large ... to check").
+    pool = CpuPool(1)
+    monkeypatch.setattr("cellblock.server.runs._runner.cpu_pool", lambda: pool)
+    try:
+        svc = await make_service(warm_pool=0, cell_wait_ms=120_000)
+        result, waited = await _behind_fillers(svc, 120_000)
+        assert waited > SOURCE_BUDGET_MS / 1000.0, waited  # it did wait longer than the budget for a worker
+        assert (result.status, result.value) == ("completed", 7), result.raw_json
+        # A wait longer than the cell wait is the service's business, never the program's: [R24].
+        svc = await make_service(warm_pool=0, cell_wait_ms=1000)
+        result, waited = await _behind_fillers(svc, 1000)
+        assert (result.status, result.code, result.error) == ("failed", "runtime_unavailable", messages.r24(1000)), result.raw_json
+        assert waited < 5, waited
+    finally:
+        pool.close()

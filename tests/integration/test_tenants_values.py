@@ -11,6 +11,7 @@ up to the reply inbox still cross.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -76,9 +77,29 @@ async def test_a_value_just_under_the_bound_completes_truncated(client: Cellbloc
     await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
     big = LimitOverrides(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB)
     bound = Limits(memory_limit_bytes=1 << 30, max_output_bytes=10 * MIB).bridge_message_bytes
+    before = _peak_reset_mib()
     result = await client.exec(scope, tool_call_id="v-under", code=f"return 'x'.repeat({bound - 64});", handlers={}, limits=big)
+    grown = _status_mib("VmHWM") - before
     assert result.status == "completed", result.raw_json[:300]
     assert result.value["truncated"] is True and result.value["omittedBytes"] > 0, result.raw_json[:300]
+    # This process is the service and its client: the 11 MiB end, its text, the 10 MiB marker the
+    # service sends and the client reads. Its marker was built on the loop from a list of 11 million
+    # cut points and 25 serialised 10 MiB markers: the peak grew by about 620 MiB.
+    assert grown < 200, f"the peak RSS grew by {grown:.0f} MiB"
+
+
+def _status_mib(field: str) -> float:
+    """This process's ``/proc/self/status`` memory field (``VmRSS``, ``VmHWM``), MiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(field)
+
+
+def _peak_reset_mib() -> float:
+    """Resets this process's peak RSS (``VmHWM``) to its current RSS (Linux: 5 to ``clear_refs``); returns it, MiB."""
+    Path("/proc/self/clear_refs").write_text("5")
+    return _status_mib("VmRSS")
 
 
 async def test_a_value_under_the_bridge_bound_is_truncated_from_its_text(client: CellblockClient, scope: Scope) -> None:

@@ -80,11 +80,28 @@ def many_tools(count: int, description_chars: int) -> list[Tool]:
     return [Tool(source="host", owner="core", name=f"t{i}", description="alpha " + "d" * description_chars, parameters=wide_schema(5)) for i in range(count)]
 
 
-_DENSE_CASES = ("put_mcp", "surface_put", "dense_input", "dense_output", "surface", "park_dense")
+_DENSE_CASES = ("put_mcp", "surface_put", "dense_input", "dense_output", "surface", "park_dense", "final_dense", "final_truncated")
+#: Rows of the dense final value over a 10 MiB ``maxOutputBytes`` (about 11 MB, under the bridge bound of 11 MiB: truncated from its text).
+OVER_ROWS = 320_000
+#: The largest output budget (``maxOutputBytes``' top): a final value near the host's bridge bound fits it.
+MOST_OUTPUT = LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000, max_output_bytes=10 * 1024 * 1024)
+
+
+async def _final_case(client: CellblockClient, scope: Scope, case: str) -> dict[str, Any]:
+    """A final value of megabytes: read once and returned whole (``final_dense``), or truncated from its text (``final_truncated``)."""
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="noop")])
+    rows = DENSE_ROWS if case == "final_dense" else OVER_ROWS
+    result = await _exec(client, scope, tool_call_id="fv", code=f"return {DENSE_JS % rows};", handlers={}, limits=MOST_OUTPUT)
+    value = result.value
+    whole = isinstance(value, list) and len(value) == rows and value[-1] == {"i": rows - 1, "f": rows - 0.5, "b": True}
+    marked = isinstance(value, dict) and value.get("truncated") is True and value["prefix"].startswith('[{"i":0,')
+    return {"ok": whole if case == "final_dense" else marked, "status": result.status, "error": result.error[:300] if result.error else "", "value": str(value)[:300]}
 
 
 async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: int, big: LimitOverrides) -> dict[str, Any]:
     """The cases of big mcp catalogs, dense JSON, big tool surfaces and parked runs of a dense catalog (see :func:`run_case`)."""
+    if case in ("final_dense", "final_truncated"):
+        return await _final_case(client, scope, case)
     if case == "put_mcp":
         await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
         return {"ok": True}

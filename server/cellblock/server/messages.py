@@ -196,11 +196,7 @@ def r05(timeout_ms: int) -> str:
 
 
 def r06(timeout_ms: int) -> str:
-    """Returns [R06] for a cell killed by the watchdog.
-
-    Args:
-        timeout_ms: The run's ``timeoutMs`` in milliseconds.
-    """
+    """Returns [R06] for a cell killed by the watchdog (``timeout_ms``: the run's ``timeoutMs`` in milliseconds)."""
     return f"timeout exceeded: the cell did not stop within {timeout_ms} ms plus 2000 ms grace and was killed."
 
 
@@ -211,6 +207,11 @@ R08 = "execution aborted because the session's runs were closed; this run cannot
 def r21(cell_wait_ms: int) -> str:
     """[R21]: no cell was ready within the cell wait ``cell_wait_ms`` (``CELLBLOCK_CELL_WAIT_MS``)."""
     return f"cell runtime unavailable: the service is busy and no cell was ready within {cell_wait_ms} ms; the program did not run. Try again shortly."
+
+
+def r24(wait_ms: int) -> str:
+    """[R24]: no worker started preparing the source within the wait ``wait_ms`` (the cell wait, ``CELLBLOCK_CELL_WAIT_MS``)."""
+    return f"cell runtime unavailable: the service is busy and no worker could start preparing the program within {wait_ms} ms; the program did not run. Try again shortly."
 
 
 R22 = "internal error: the service failed while running this leg; the run was ended and what it held was released."

@@ -49,15 +49,25 @@ class WorkBudgetExceeded(Exception):  # noqa: N818 - a condition, not a fault
     """A worker call did not finish within its time budget (the worker was replaced)."""
 
 
+class WorkerBusy(WorkBudgetExceeded):
+    """No worker started the call within its wait bound (``CpuPool.run``'s ``wait_s``): other calls held the lane.
+
+    A :class:`WorkBudgetExceeded` for callers that bound the whole call by one budget; a caller
+    that passes ``wait_s`` tells it apart (the service was busy, the input was not too costly).
+    """
+
+
 class WorkerFailed(Exception):  # noqa: N818
     """A worker process died or could not run the call (memory, a crash)."""
 
 
+#: The key of a lane's free workers among the tenants' turns (``CpuPool._gate``).
+_WORKERS = object()
 
 
 @dataclass
 class _Turns:
-    """One tenant's turns in one lane: ``slots`` counts its calls in the lane's queue, ``users`` its calls waiting or queued."""
+    """One tenant's turns in one lane, or the lane's free workers: ``slots`` counts the calls holding one, ``users`` those waiting or holding."""
 
     slots: asyncio.Semaphore
     users: int = 0
@@ -76,7 +86,7 @@ class CpuPool:
 
     Args:
         workers: Worker processes of the large lane (calls beyond them queue; queueing
-            counts against the call's budget).
+            counts against the call's budget unless the call has a wait bound of its own).
     """
 
     def __init__(self, workers: int = DEFAULT_WORKERS) -> None:
@@ -84,7 +94,8 @@ class CpuPool:
         self.workers = max(1, workers)
         self._pools: dict[bool, pebble.ProcessPool] = {}
         self._lock = threading.Lock()
-        #: Per lane and tenant, its turns (a semaphore of :meth:`share` calls) and the calls using it.
+        #: Per lane and tenant, its turns (a semaphore of :meth:`share` calls) and the calls using it;
+        #: per lane (tenant ``_WORKERS``), its free workers (a call holds one while it runs).
         self._turns: dict[tuple[bool, Hashable], _Turns] = {}
 
     def share(self, small: bool) -> int:
@@ -92,18 +103,25 @@ class CpuPool:
         return 1 if small else max(1, self.workers // 2)
 
     @contextlib.asynccontextmanager
-    async def _turn(self, small: bool, tenant: Hashable, budget_s: float) -> AsyncIterator[None]:
-        """Holds one of ``tenant``'s turns in the lane; waits at most ``budget_s`` for it."""
+    async def _gate(self, small: bool, tenant: Hashable, budget_s: float, busy: type[WorkBudgetExceeded]) -> AsyncIterator[None]:
+        """Holds one of ``tenant``'s turns in the lane (or, for ``_WORKERS``, one of its free workers); waits at most ``budget_s`` for it (else raises ``busy``).
+
+        The lane's calls queue for a worker here, never in pebble's queue: a call cancelled there
+        is still sent to a worker, which pebble then kills and replaces (a second of ``spawn``).
+        """
+        if budget_s <= 0:
+            raise busy
         key = (small, tenant)
         turns = self._turns.get(key)
         if turns is None:
-            turns = self._turns[key] = _Turns(asyncio.Semaphore(self.share(small)))
+            capacity = (1 if small else self.workers) if tenant is _WORKERS else self.share(small)
+            turns = self._turns[key] = _Turns(asyncio.Semaphore(capacity))
         turns.users += 1
         try:
             try:
                 await asyncio.wait_for(turns.slots.acquire(), timeout=budget_s)
             except TimeoutError:
-                raise WorkBudgetExceeded from None
+                raise busy from None
             try:
                 yield
             finally:
@@ -111,7 +129,7 @@ class CpuPool:
         finally:
             turns.users -= 1
             if turns.users == 0:
-                del self._turns[key]  # no tenant leaves a trace once its calls ended
+                del self._turns[key]  # no tenant leaves a trace once its calls ended (nor a loop its semaphore)
 
     def _ensure(self, small: bool) -> pebble.ProcessPool:
         with self._lock:
@@ -121,21 +139,25 @@ class CpuPool:
                 self._pools[small] = pool
             return pool
 
-    async def run(self, fn: Callable[..., T], *args: Any, budget_s: float, size: int = 0, tenant: Hashable = None) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, budget_s: float, size: int = 0, tenant: Hashable = None, wait_s: float | None = None) -> T:
         """Runs ``fn(*args)`` in a worker process.
 
         Args:
             fn: A module-level function (it and its arguments and result must pickle).
             *args: Its arguments.
-            budget_s: Seconds the call may take, queueing included (waiting for the tenant's turn too).
+            budget_s: Seconds the call may take: queueing included (waiting for the tenant's turn
+                too) when ``wait_s`` is ``None``, else from the moment a worker starts it.
             size: The input's size in characters; it picks the lane.
             tenant: Whose call it is (a scope's ``(session_id, agent_run_id)``); ``None`` is one
                 tenant of its own, for calls no scope makes.
+            wait_s: Seconds the call may wait for its tenant's turn and a worker, on top of
+                ``budget_s``; ``None``: one budget for both.
 
         Returns:
             What ``fn`` returned.
 
         Raises:
+            WorkerBusy: ``wait_s`` ran out before a worker started the call.
             WorkBudgetExceeded: The budget ran out (a running call's worker is killed).
             WorkerFailed: The worker process died.
             Exception: What ``fn`` raised, re-raised here.
@@ -144,9 +166,12 @@ class CpuPool:
             raise WorkBudgetExceeded
         small = size <= SMALL_JOB_CHARS
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + budget_s
-        async with self._turn(small, tenant, budget_s):
-            return await self._run(self._ensure(small), fn, args, give_up - loop.time())
+        one_budget = wait_s is None
+        stop_waiting = loop.time() + (budget_s if wait_s is None else wait_s)
+        busy = WorkBudgetExceeded if one_budget else WorkerBusy
+        async with self._gate(small, tenant, stop_waiting - loop.time(), busy), self._gate(small, _WORKERS, stop_waiting - loop.time(), busy):
+            # A worker is free: pebble starts the call now and counts ``timeout`` from then.
+            return await self._run(self._ensure(small), fn, args, stop_waiting - loop.time() if one_budget else budget_s)
 
     async def _run(self, pool: pebble.ProcessPool, fn: Callable[..., T], args: tuple[Any, ...], budget_s: float) -> T:
         if budget_s <= 0:

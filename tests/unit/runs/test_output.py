@@ -5,8 +5,11 @@ import math
 
 import pytest
 
+from cellblock.server.runs._large_json import read_final_value
 from cellblock.server.runs._output import (
     GUIDANCE,
+    JsonText,
+    NotSerializableError,
     OutputBudget,
     compact_json,
     entry_size,
@@ -149,10 +152,36 @@ def test_value_truncation_with_multibyte_characters() -> None:
     assert reference_size(marker) <= 1024 < reference_size(dict(marker, prefix=prefix + "😀"))
 
 
-@pytest.mark.parametrize("value", ["x" * 2000, ["😀" * 400], {"a": [1, 2.5, None, "é" * 700]}, "fits"])
+@pytest.mark.parametrize("value", ["x" * 2000, ["😀" * 400], {"a": [1, 2.5, None, "é" * 700]}])
 def test_a_value_projected_from_its_text_matches_the_parsed_projection(value: object) -> None:
     # The host projects a value too large to parse from the compact JSON the cell sent (issue 11).
     assert OutputBudget(1024).final_text(compact_json(value)) == OutputBudget(1024).final_value(value)
+
+
+def test_an_unread_text_that_fits_is_refused_not_returned_unread() -> None:
+    # The leg's end reads every value that fits; one that reached final_text unread fails closed.
+    with pytest.raises(NotSerializableError):
+        OutputBudget(1024).final_text('"fits"')
+
+
+@pytest.mark.parametrize("value", ["x" * 2000, ["😀" * 400], {"a": [1, 2.5, None, "é" * 700]}, "fits", {"n": 1e21}])
+def test_a_value_read_once_projects_as_the_parsed_value(value: object) -> None:
+    # The leg's end reads the value once into its compact text; the budget measures that text and
+    # keeps it (never serialised again), with the marker the parsed value would get.
+    read = read_final_value(json.dumps(value, ensure_ascii=False))
+    assert isinstance(read, JsonText) and read.text == compact_json(value)
+    projected = OutputBudget(1024).final_value(read)
+    expected = OutputBudget(1024).final_value(value)
+    assert (projected is read) if expected is value else (projected == expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("[" * 257 + "]" * 257, "nesting is deeper than 256 levels"), ("[" * 100_000 + "]" * 100_000, "nesting is deeper than 256 levels"), ("NaN", None), ("[1,", None)],
+)
+def test_reading_a_final_value_names_its_problem(text: str, expected: str | None) -> None:
+    # [R15] with its reason, or None for [R17]: the outcomes the leg's end maps them to.
+    assert read_final_value(text) == expected
 
 
 @pytest.mark.parametrize(

@@ -140,3 +140,16 @@ async def test_result_json_writes_output_in_slices_and_equals_compact_json() -> 
     assert await result_json(failed_result(error="e", code="timeout", failure_phase="guest", bridge_dispatch_started=False, output=[], replay_safe=False, telemetry=TELEMETRY)) == compact_json(
         failed_result(error="e", code="timeout", failure_phase="guest", bridge_dispatch_started=False, output=[], replay_safe=False, telemetry=TELEMETRY)
     )
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("value", [{"v": [1.5, None, "é"]}, ["x" * 70_000, 1e21], "s"])
+async def test_a_value_read_once_is_spliced_into_the_result_as_its_text(value: object) -> None:
+    # The leg's end keeps a final value as its compact text (runs._final_value): the result is the
+    # one the parsed value gives, and the text is never serialised again.
+    from cellblock.server.runs import compact_json, result_json
+    from cellblock.server.runs._output import JsonText
+
+    read = JsonText(compact_json(value), isinstance(value, dict))
+    expected = compact_json(completed_result(value=value, output=[], replay_safe=False, telemetry=TELEMETRY))
+    assert await result_json(completed_result(value=read, output=[], replay_safe=False, telemetry=TELEMETRY)) == expected

@@ -221,7 +221,7 @@ def compact_json(value: Any) -> str:
         RecursionError: ``value`` is nested deeper than the interpreter's recursion limit.
     """
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), check_circular=False)
-    if any(mark in text for mark in _FLOAT_SUBSTRINGS) and _FLOAT_MARK.search(_STRING_TOKEN.sub("", text)) is not None:
+    if not isinstance(value, str) and any(mark in text for mark in _FLOAT_SUBSTRINGS) and _FLOAT_MARK.search(_STRING_TOKEN.sub("", text)) is not None:
         try:
             text = json.dumps(_js_floats(value), ensure_ascii=False, separators=(",", ":"), check_circular=False)
         except _NeedsSlowPath:

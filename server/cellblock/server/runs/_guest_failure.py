@@ -1,10 +1,9 @@
-"""Leg-end mapping: a cell's ``LegEnd`` (completed, failed) and exit codes to an outcome.
+"""Leg-end mapping: a cell's ``LegEnd.failed`` and exit codes to an outcome.
 
 The table of SPEC §11.1-§11.3: which failure kind becomes which error code and failure
 phase, and which message text the model sees ([R04], [R05], [R09], [R10], [R12], [R13],
 [R15], [S02]). Guest text (the program's own error) is passed through; everything else
-uses the §14 texts. A completed leg's value is parsed only when it may fit the run's
-output budget (SPEC §9 rule 6).
+uses the §14 texts. A completed leg's value is read in ``_final_value``.
 """
 
 from __future__ import annotations
@@ -15,10 +14,8 @@ from structlog.typing import FilteringBoundLogger
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
-from cellblock.server.catalog import strict_json
-from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.server.logging import error_head
-from cellblock.server.runs._protocol import ErrorCode, FailurePhase, LegOutcome, Provenance, RunStatus, failed
+from cellblock.server.runs._protocol import ErrorCode, FailurePhase, LegOutcome, Provenance, failed
 from cellblock.server.runs._state import Run
 
 #: Failure kinds whose message is guest text sent as a JSON string literal.
@@ -36,44 +33,6 @@ def guest_text(literal: str) -> str:
     except (ValueError, RecursionError):
         return literal
     return value if isinstance(value, str) else literal
-
-
-def _text_bytes(message_bytes: int) -> int:
-    """The UTF-8 length of ``value_json`` from its ``Completed`` message's size (tag and length framing taken off).
-
-    Comparing the message's size itself with the allowance sent a text that fits it, but not
-    with its 2-6 bytes of framing, to :meth:`~OutputBudget.final_text`, which parsed it
-    without this function's strict checks (``NaN`` reached the caller as ``null``).
-    """
-    for framing in range(2, 12):
-        n = message_bytes - framing
-        if n >= 0 and max(1, (n.bit_length() + 6) // 7) == framing - 1:
-            return n
-    return message_bytes
-
-
-def completed_outcome(run: Run, completed: bpb.Completed, log: FilteringBoundLogger) -> LegOutcome:
-    """The outcome of a leg whose program returned (SPEC §9 rule 6).
-
-    A value whose message is larger than the run's final allowance cannot be returned whole:
-    it is kept as the text the cell sent (``value_text``) for the runner to truncate, never
-    parsed (parsing costs many times its size). Sized without building the string.
-
-    Returns:
-        ``completed``; [R15] when it nests deeper than ``MAX_VALUE_DEPTH`` levels (counted
-        exactly, or beyond the host's parser); [R17] when a value
-        small enough to parse is not JSON.
-    """
-    if _text_bytes(completed.ByteSize()) > run.budget.final_allowance():
-        log.info("bridge.value_over_allowance", message_bytes=completed.ByteSize())
-        return LegOutcome(status=RunStatus.COMPLETED, value_text=completed.value_json)
-    try:
-        return LegOutcome(status=RunStatus.COMPLETED, value=strict_json(completed.value_json, MAX_VALUE_DEPTH))
-    except RecursionError:  # deeper than the value nesting bound (or the parser): SPEC §8.8 rule 7
-        return failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(f"nesting is deeper than {MAX_VALUE_DEPTH} levels"))
-    except ValueError:
-        log.error("bridge.invalid_value")
-        return failed(ErrorCode.INTERNAL_ERROR, msg.R17)
 
 
 def guest_failure(run: Run, f: bpb.Failed, log: FilteringBoundLogger) -> LegOutcome:

@@ -12,6 +12,7 @@ stay on the loop: a worker hop costs more than reading them.
 
 Every function here named ``*_in_worker`` runs in a worker process; its arguments and
 results pickle (strings move at memory speed, decoded JSON would not).
+:func:`read_final_value` runs in one for a long final value and on the loop for a short one.
 """
 
 from __future__ import annotations
@@ -23,26 +24,9 @@ from typing import Any
 
 from cellblock.server.catalog import BridgeReplyError, CatalogEntry, check_input_contract, check_output_contract, compile_schema, strict_json
 from cellblock.server.limits import INLINE_JSON_CHARS, MAX_VALUE_DEPTH
-from cellblock.server.runs._output import NotSerializableError, compact_json
+from cellblock.server.runs._output import JsonText, NotSerializableError, compact_json, final_marker
 
-__all__ = ["InputCheck", "JsonText", "PreparedResult", "args_checked_in_worker", "args_in_worker", "input_check_in_worker", "portable", "result_in_worker"]
-
-
-@dataclass(frozen=True)
-class JsonText:
-    """A JSON object or array the host has checked, as its compact JSON text (SPEC §0.3 item 2).
-
-    Stands for the decoded value in a pending request's arguments and a resolved call's
-    input, so the loop never decodes or encodes it: the dispatch sends ``text`` as the
-    ``ToolCall``'s ``input_json``, a parked run's document splices it in.
-
-    Attributes:
-        text: The compact JSON.
-        is_object: True for an object, False for an array.
-    """
-
-    text: str
-    is_object: bool
+__all__ = ["InputCheck", "JsonText", "PreparedResult", "args_checked_in_worker", "args_in_worker", "input_check_in_worker", "final_marker_in_worker", "portable", "read_final_value", "result_in_worker"]
 
 
 def _as_text(value: object) -> object:
@@ -122,6 +106,41 @@ def args_checked_in_worker(args_json: str, first_input: int, entry: CatalogEntry
     except BridgeReplyError as exc:
         return answer, (entry.id, (exc.message, exc.provenance, exc.code))
     return answer, (entry.id, None)
+
+
+def read_final_value(text: str) -> JsonText | str | None:
+    """Reads a cell's final value once: strict JSON, the value nesting bound, its compact JSON (SPEC §8.8 rule 7, §9 rule 6).
+
+    The one read of the value: its compact text is what the output budget measures and what
+    the result splices in, so the value is neither parsed nor serialised again.
+
+    Args:
+        text: The ``Completed`` message's ``value_json``.
+
+    Returns:
+        The value's compact JSON; a reason for [R15] when it nests deeper than
+        ``MAX_VALUE_DEPTH`` levels (counted exactly, or beyond the host's parser) or cannot be
+        serialised; ``None`` when it is not JSON ([R17]).
+    """
+    try:
+        value = strict_json(text, MAX_VALUE_DEPTH)
+    except RecursionError:  # deeper than the value nesting bound (or the parser): SPEC §8.8 rule 7
+        return f"nesting is deeper than {MAX_VALUE_DEPTH} levels"
+    except ValueError:
+        return None
+    try:
+        return JsonText(compact_json(value), isinstance(value, dict))
+    except NotSerializableError as exc:
+        return str(exc)
+
+
+def final_marker_in_worker(text: str, allowance: int) -> JsonText:
+    """:func:`~cellblock.server.runs._output.final_marker` of a long final value, as its compact JSON.
+
+    The marker holds up to ``allowance`` bytes of the value's text: written here, the loop splices
+    it into the result as it is (serialising a 10 MiB marker there held it 50-150 ms).
+    """
+    return JsonText(compact_json(final_marker(text, allowance)), True)
 
 
 def portable(entry: CatalogEntry) -> CatalogEntry:

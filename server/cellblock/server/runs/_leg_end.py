@@ -13,13 +13,15 @@ import asyncio
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells
-from cellblock.server.runs._guest_failure import completed_outcome, guest_failure
+from cellblock.server.runs._final_value import completed_outcome
+from cellblock.server.runs._guest_failure import guest_failure
 from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, LegOutcome, RunStatus, failed, slot_refused
 from cellblock.server.runs._reuse_rule import clean_end, reusable
 from cellblock.server.runs._settle import SettleLoop
 from cellblock.server.runs._snapshot_in import SnapshotIn
 from cellblock.server.store import SlotAnswer
 from cellblock.server.telemetry import LegTrace
+from cellblock.server.workers import CpuPool
 
 
 class LegEnding(SettleLoop):
@@ -29,9 +31,11 @@ class LegEnding(SettleLoop):
         executor: Starts and retires the leg's cell.
         trace: The leg's spans.
         scope_cells: Cells kept for their scope's next leg, else ``None``.
+        cpu: The worker pool (a long final value is read there).
     """
 
     executor: Executor
+    cpu: CpuPool
     trace: LegTrace
     scope_cells: ScopeCells | None
     _cell: Cell | None
@@ -78,7 +82,7 @@ class LegEnding(SettleLoop):
         run = self.run_
         which = end.WhichOneof("outcome")
         if which == "completed":
-            outcome = completed_outcome(run, end.completed, self._log)
+            outcome = await completed_outcome(run, end.completed, self._log, self.cpu)
             self._clean_end = outcome.status is RunStatus.COMPLETED
             return outcome
         if which == "suspended":

@@ -10,12 +10,12 @@ never replaced by U+FFFD.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cellblock.server.catalog import compact_json as _compact_json
-from cellblock.server.catalog import strict_json
-from cellblock.server.limits import MAX_VALUE_DEPTH, OUTPUT_MARKER_RESERVE_BYTES
+from cellblock.server.limits import OUTPUT_MARKER_RESERVE_BYTES
 
 GUIDANCE = "Output truncated; rerun with narrower arguments or return less data."
 """The ``guidance`` text of every truncation marker (SPEC §9 rule 5)."""
@@ -26,6 +26,24 @@ ERROR_TRUNCATED = "[error truncated]"
 
 class NotSerializableError(ValueError):
     """A value cannot be written as compact JSON (for example, nesting too deep)."""
+
+
+@dataclass(frozen=True)
+class JsonText:
+    """A JSON value the host has checked, as its compact JSON text (SPEC §0.3 item 2).
+
+    Stands for the decoded value, so the loop never decodes or encodes it: a long argument
+    or input of a pending request (the dispatch sends ``text`` as the ``ToolCall``'s
+    ``input_json``, a parked run's document splices it in), a final value (the output budget
+    measures ``text``, the result splices it in).
+
+    Attributes:
+        text: The compact JSON.
+        is_object: True for an object, False for anything else (an array, a long string).
+    """
+
+    text: str
+    is_object: bool
 
 
 def compact_json(value: Any) -> str:
@@ -88,20 +106,21 @@ def utf8_prefix(text: str, max_bytes: int) -> str:
     """
     if max_bytes <= 0:
         return ""
-    if len(text) <= max_bytes and utf8_size(text) <= max_bytes:
+    if text.isascii():
+        return text[:max_bytes]
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= max_bytes:
         return text
-    used = 0
-    for index, ch in enumerate(text):
-        code = ord(ch)
-        size = 1 if code < 0x80 else 2 if code < 0x800 else 3 if code < 0x10000 else 4
-        if used + size > max_bytes:
-            return text[:index]
-        used += size
-    return text
+    cut = max_bytes
+    while cut > 0 and (data[cut] & 0xC0) == 0x80:  # a continuation byte: the character straddles the cut
+        cut -= 1
+    return data[:cut].decode("utf-8", "surrogatepass")  # C speed: a final value's text reaches 11 MB
 
 
-def _utf8_cut_points(text: str) -> list[int]:
+def _utf8_cut_points(text: str) -> Sequence[int]:
     """Returns the cumulative UTF-8 byte length after each character of ``text``."""
+    if text.isascii():
+        return range(len(text) + 1)  # one byte a character: no walk over megabytes
     points = [0]
     used = 0
     for ch in text:
@@ -125,9 +144,15 @@ def _longest_fitting_prefix(
     low, high = 0, len(content)
     if not fits(json_size(make("", 0))):
         return make("", 0), False
+
+    def size(prefix: str, prefix_bytes: int) -> int:
+        # The marker's other fields, then its prefix as one string: megabytes of prefix are
+        # measured by the C string encoder alone, not searched for floats with the whole marker.
+        return json_size({**make("", prefix_bytes), "prefix": ""}) + json_size(prefix) - 2
+
     while low < high:
         middle = (low + high + 1) // 2
-        if fits(json_size(make(content[:middle], points[middle]))):
+        if fits(size(content[:middle], points[middle])):
             low = middle
         else:
             high = middle - 1
@@ -283,58 +308,40 @@ class OutputBudget:
         """Projects the final value into the remaining budget (rule 6).
 
         Args:
-            value: The JSON-safe final value.
+            value: The JSON-safe final value, or its compact JSON as a :class:`JsonText`
+                (measured and returned as it is, never serialised again).
 
         Returns:
             ``value`` itself when its compact JSON fits the allowance, otherwise
-            ``{truncated, omittedBytes, guidance, prefix}`` with the longest UTF-8-safe
-            prefix of the value's compact JSON that keeps the marker within it.
+            :func:`final_marker`'s marker.
 
         Raises:
             NotSerializableError: The value cannot be serialised (the caller fails the
                 run with [R15]).
         """
-        return self._final(compact_json(value), lambda: value)
+        text = value.text if isinstance(value, JsonText) else compact_json(value)
+        if self.fits(text):
+            return value
+        return final_marker(text, self.final_allowance())
 
-    def final_text(self, text: str) -> Any:
-        """Projects a final value the host did not parse, from its compact JSON as the cell sent it (rule 6).
+    def final_text(self, text: str) -> dict[str, Any]:
+        """The marker of a final value the host did not read: its compact JSON as the cell sent it, over the allowance (rule 6).
 
         The cell's ``JSON.stringify`` writes compact JSON (SPEC §0.3 item 2), so the marker
-        is the one :meth:`final_value` would build; only a value that fits is parsed.
+        is the one :meth:`final_value` would build. The leg's end reads every value that
+        fits the allowance (``_final_value.completed_outcome``), and the allowance only
+        shrinks after it; a text that fits here was never read, so it is refused.
 
         Raises:
-            NotSerializableError: The text fits the allowance but is not JSON, or nests deeper than
-                ``MAX_VALUE_DEPTH`` levels.
+            NotSerializableError: ``text`` fits the allowance.
         """
+        if self.fits(text):
+            raise NotSerializableError("the host did not read the value")
+        return final_marker(text, self.final_allowance())
 
-        def parse() -> Any:
-            try:
-                return strict_json(text, MAX_VALUE_DEPTH)
-            except RecursionError:  # [R15] like the controller's (SPEC §8.8 rule 7)
-                raise NotSerializableError(f"nesting is deeper than {MAX_VALUE_DEPTH} levels") from None
-            except ValueError:
-                raise NotSerializableError("the cell sent a value that is not JSON") from None
-
-        return self._final(text, parse)
-
-    def _final(self, text: str, value: Callable[[], Any]) -> Any:
-        size = len(text) if text.isascii() else utf8_size(text)
-        allowance = self.final_allowance()
-        if size <= allowance:
-            return value()
-
-        def make(prefix: str, prefix_bytes: int) -> dict[str, Any]:
-            return {
-                "truncated": True,
-                "omittedBytes": size - prefix_bytes,
-                "guidance": GUIDANCE,
-                "prefix": prefix,
-            }
-
-        marker, _ = _longest_fitting_prefix(
-            utf8_prefix(text, allowance), make, lambda marker_size: marker_size <= allowance
-        )
-        return marker
+    def fits(self, text: str) -> bool:
+        """True when compact JSON ``text`` fits the final allowance (:meth:`final_allowance`)."""
+        return (len(text) if text.isascii() else utf8_size(text)) <= self.final_allowance()
 
     def final_error(self, error: str) -> str:
         """Projects a failed run's error text into the remaining budget (rule 7).
@@ -353,6 +360,31 @@ class OutputBudget:
         suffix = " " + ERROR_TRUNCATED
         prefix = utf8_prefix(error, allowance - utf8_size(suffix))
         return prefix + suffix if prefix else ERROR_TRUNCATED
+
+
+def final_marker(text: str, allowance: int) -> dict[str, Any]:
+    """The marker of a final value whose compact JSON ``text`` is over ``allowance`` bytes (rule 6).
+
+    ``{truncated, omittedBytes, guidance, prefix}`` with the longest UTF-8-safe prefix of
+    ``text`` that keeps the marker within ``allowance``. Pure and module-level: a long text's
+    marker is built in a worker process (``_large_json.final_marker_in_worker``).
+
+    Args:
+        text: The value's compact JSON.
+        allowance: The bytes left for the final value (:meth:`OutputBudget.final_allowance`).
+    """
+    size = len(text) if text.isascii() else utf8_size(text)
+
+    def make(prefix: str, prefix_bytes: int) -> dict[str, Any]:
+        return {
+            "truncated": True,
+            "omittedBytes": size - prefix_bytes,
+            "guidance": GUIDANCE,
+            "prefix": prefix,
+        }
+
+    marker, _ = _longest_fitting_prefix(utf8_prefix(text, allowance), make, lambda marker_size: marker_size <= allowance)
+    return marker
 
 
 _OBJECT_TAG = "[object Object]"

@@ -293,7 +293,8 @@ class LegOutcome:
 
     Attributes:
         status: The result's status.
-        value: The JSON-safe value (completed).
+        value: The value (completed): its compact JSON as the leg's end read it
+            (``runs.JsonText``), or a JSON-safe value.
         value_text: Instead of ``value``, the value's compact JSON as the cell sent it, when
             it is too large for the run's allowance and was not parsed (SPEC §9 rule 6).
         code, message, phase: The failure (failed).

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cellblock.server.runs._output import compact_json
+from cellblock.server.runs._output import JsonText, compact_json
 from cellblock.server.runs._protocol import BridgeMethod, ErrorCode, FailurePhase
 
 ERROR_CODES = frozenset(code.value for code in ErrorCode)
@@ -226,13 +226,17 @@ async def result_json(result: Mapping[str, Any]) -> str:
     A leg's output reaches ``maxOutputBytes`` (megabytes of entries); serializing it in one
     call held the shared event loop for 30-60 ms. Entries are written one by one, and the
     loop runs other callbacks after every :data:`RESULT_JSON_SLICE_CHARS` characters; the
-    text equals ``compact_json(result)``, keys in the result's order.
+    text equals ``compact_json(result)``, keys in the result's order. A ``value`` held as
+    :class:`JsonText` (a final value the leg's end read) is spliced in as it is.
 
     Raises:
         NotSerializableError: A value cannot be serialized.
     """
     parts = []
     for key, value in result.items():
+        if isinstance(value, JsonText):
+            parts.append(f"{compact_json(key)}:{value.text}")
+            continue
         if key != "output":
             parts.append(compact_json({key: value})[1:-1])
             continue

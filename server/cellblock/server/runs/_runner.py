@@ -20,6 +20,7 @@ from cellblock.server.cells import Executor, ScopeCells, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, SOURCE_BUDGET_MS
 from cellblock.server.runs._codec import RunDecodeError
+from cellblock.server.runs._final_value import project_final
 from cellblock.server.runs._leg import Leg
 from cellblock.server.runs._output import NotSerializableError, OutputBudget
 from cellblock.server.runs._policy import settle_yields
@@ -42,7 +43,7 @@ from cellblock.server.runs._result import completed_result, failed_result, waiti
 from cellblock.server.runs._state import Run, new_run_id, replay_id
 from cellblock.server.source import InputFailure, PreparedSource, prepare_source, validate_exec, validate_wait
 from cellblock.server.telemetry import remember_exec_span
-from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
+from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerBusy, WorkerFailed, cpu_pool
 
 log = structlog.get_logger("cellblock.runs")
 
@@ -166,6 +167,9 @@ class Runner:
             restart = force_restart_safe
             log.warning("exec.invalid_input", reason=checked.message[:200])
             return self._input_failure(checked.message, restart, telemetry())
+        if prepared is None:  # no worker started on it within the cell wait: the service is busy
+            result = failed_result(error=msg.r24(self.cell_wait_ms), code=ErrorCode.RUNTIME_UNAVAILABLE, failure_phase=FailurePhase.HOST, bridge_dispatch_started=False, output=[], replay_safe=checked.restart_safe, telemetry=telemetry())
+            return LegReport(result, RunStatus.FAILED, ErrorCode.RUNTIME_UNAVAILABLE, "", None)
         if isinstance(prepared, InputFailure):
             log.warning("exec.invalid_source", reason=prepared.message[:200])
             return self._input_failure(prepared.message, checked.restart_safe, telemetry())
@@ -192,10 +196,18 @@ class Runner:
             except Exception as exc:  # noqa: BLE001 - every path out of a leg releases what the run holds
                 return await self._fault(run, exc, telemetry)
 
-    async def _prepare(self, source: str, language: str, scope: tuple[str, str]) -> PreparedSource | InputFailure:
-        """Prepares the source in the worker pool within its own budget (SPEC §6, [S05]/[S06])."""
+    async def _prepare(self, source: str, language: str, scope: tuple[str, str]) -> PreparedSource | InputFailure | None:
+        """Prepares the source in the worker pool within its own budget (SPEC §6, [S05]/[S06]).
+
+        The budget counts from the moment a worker starts on it; waiting for the scope's turn and a
+        worker is bounded by the cell wait on its own, so a program is never failed as too costly
+        because other scopes filled the pool. Returns ``None`` when that wait ran out ([R24]).
+        """
         try:
-            return await self.cpu.run(prepare_source, source, language, budget_s=SOURCE_BUDGET_MS / 1000.0, size=len(source), tenant=scope)
+            return await self.cpu.run(prepare_source, source, language, budget_s=SOURCE_BUDGET_MS / 1000.0, size=len(source), tenant=scope, wait_s=self.cell_wait_ms / 1000.0)
+        except WorkerBusy:
+            log.warning("source.worker_busy", wait_ms=self.cell_wait_ms)
+            return None
         except WorkBudgetExceeded:
             return InputFailure(msg.s05(SOURCE_BUDGET_MS))
         except WorkerFailed:
@@ -369,7 +381,7 @@ class Runner:
         output = accepted + markers
         if outcome.status is RunStatus.COMPLETED:
             try:
-                value = budget.final_value(outcome.value) if outcome.value_text is None else budget.final_text(outcome.value_text)
+                value = await project_final(run, outcome, self.cpu)
             except NotSerializableError as exc:
                 cell_id = outcome.cell_id
                 outcome = failed(ErrorCode.OUTPUT_LIMIT_EXCEEDED, msg.r15(str(exc)))
