@@ -9,7 +9,8 @@ service. Spans go to a JSON-lines file (``CELLBLOCK_TRACES=jsonfile:`` wiring),
 each program under one trace (its ``traceparent`` sent with every leg); the
 trace tree of the shipment run is printed with ``cellblock-trace`` just before
 its result. The shipment program runs last, so the demo ends with its
-filtered list.
+filtered list. Exits 1 when any example program does not complete: each one is
+meant to, so a failure is a defect, not a result to show.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ async def main() -> int:
 
                 programs = sorted(PROGRAMS_DIR.glob("*.js"), key=lambda p: (p.name == "shipment.js", p.name))
                 final: Any = None
+                failed: list[str] = []  # every example program is meant to complete
                 for n, path in enumerate(programs, 1):
                     _rule(f"program {path.name}")
                     started = time.monotonic()
@@ -104,6 +106,7 @@ async def main() -> int:
                     if result.status == "completed":
                         print("value:", textwrap.shorten(json.dumps(result.value, ensure_ascii=False), 400))
                     else:
+                        failed.append(path.name)
                         print(f"code: {result.code}  phase: {result.failure_phase}\nerror: {result.error}")
                     t = result.telemetry
                     print(f"telemetry: catalogSize={t.catalog_size} search={t.search_count} describe={t.describe_count} call={t.call_count} counterScope={t.counter_scope}")
@@ -119,6 +122,9 @@ async def main() -> int:
                     print("the shipment program did not complete", file=sys.stderr)
                     return 1
                 print(json.dumps(final.value))
+                if failed:
+                    print(f"example programs that did not complete: {', '.join(failed)}", file=sys.stderr)
+                    return 1
         finally:
             await service.stop()
             telemetry.shutdown()
