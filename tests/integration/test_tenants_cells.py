@@ -375,3 +375,24 @@ async def test_no_verdict_in_time_on_a_cell_that_never_attached_is_busy(make_ser
     assert elapsed < START_WAIT_MS / 1000 + SLACK_S, elapsed
     await _nothing_held(svc)
     assert await _removed(docker_client, f"cellblock-{started[0]}"), "the paused cell was kept"
+
+
+async def test_a_slow_run_store_sweep_holds_an_exec_no_longer_than_the_cell_wait(make_service: Any, docker_client: docker.DockerClient) -> None:
+    # Before, every exec awaited its sweep of expired runs to the end, however slow the store.
+    svc = await make_service(warm_pool=1, cell_wait_ms=SHORT_WAIT_MS)
+    await _ready_pooled(svc, docker_client)
+    real_sweep, swept = svc.registry.sweep, asyncio.Event()
+
+    async def slow_sweep() -> Any:
+        await asyncio.sleep(6.0)
+        found = await real_sweep()
+        swept.set()
+        return found
+
+    svc.registry.sweep = slow_sweep  # type: ignore[method-assign]
+    result, elapsed = await _exec_fresh(svc)
+    assert (result.status, result.value) == ("completed", "fresh"), result.raw_json
+    assert elapsed < SHORT_WAIT_MS / 1000 + 2.5, elapsed  # the sweep's 6 s are not the answer's
+    assert not swept.is_set(), "the sweep is still under way"
+    await asyncio.wait_for(swept.wait(), timeout=15)  # and ends in the background
+    svc.registry.sweep = real_sweep  # type: ignore[method-assign]
