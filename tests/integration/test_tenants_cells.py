@@ -396,3 +396,28 @@ async def test_a_slow_run_store_sweep_holds_an_exec_no_longer_than_the_cell_wait
     assert not swept.is_set(), "the sweep is still under way"
     await asyncio.wait_for(swept.wait(), timeout=15)  # and ends in the background
     svc.registry.sweep = real_sweep  # type: ignore[method-assign]
+
+
+async def test_checking_a_paused_kept_cell_on_a_busy_engine_is_bounded_by_the_cell_wait(make_service: Any, docker_client: docker.DockerClient) -> None:
+    # Under cell reuse the scope's kept cell, paused while idle, on an engine that takes 3 s to say
+    # so: before, its check waited out the engine's own bound (2 s) whatever the cell wait (0.5 s).
+    svc = await make_service(warm_pool=1, cell_wait_ms=500, cell_reuse="scope")
+    assert svc.state.scope_cells is not None
+    await _ready_pooled(svc, docker_client)  # the first leg takes a pooled cell: no cold start to fit in 0.5 s
+    first, _ = await _exec_fresh(svc)
+    assert first.status == "completed", first.raw_json
+    kept = [c for cells in svc.state.scope_cells._idle.values() for c in cells]  # noqa: SLF001 - the kept cells themselves
+    assert [c.cell.cell_id for c in kept] == [first.metadata.cell_id], "the scope's cell was kept"
+    docker_client.containers.get(f"cellblock-{kept[0].cell.cell_id}").pause()
+    deadline = time.monotonic() + 10
+    while await kept[0].cell.alive() and time.monotonic() < deadline:  # the engine's events saw the pause
+        await asyncio.sleep(0.05)
+    slow = _slow_engine(svc, 3.0)
+    slow[0] = True
+    result, elapsed = await _exec_fresh(svc)
+    slow[0] = False
+    assert (result.status, result.code, result.error) == ("failed", "runtime_unavailable", messages.r21(500)), result.raw_json
+    assert elapsed < 0.5 + SLACK_S, elapsed
+    await _nothing_held(svc)
+    assert await _removed(docker_client, f"cellblock-{kept[0].cell.cell_id}"), "the paused kept cell was kept"
+    assert not svc.state.scope_cells.idle_cell_ids()

@@ -4,16 +4,14 @@ Taking a pooled or kept cell, a fresh cell's start and its attach share one boun
 (``CELLBLOCK_CELL_WAIT_MS``); once it is spent the engine is asked at most
 :data:`~cellblock.server.limits.VERDICT_S` more about a cell that never attached. A start
 that outlives the bound is not abandoned: the cell is removed once the engine has started
-it, so a slow engine leaks no cells or socket directories. Nothing of a failed start is
-awaited on the leg's reply path: its bridge goes to the reaper.
+it (:meth:`CellReaper.retire_when_started`), so a slow engine leaks no cells or socket
+directories. Nothing of a failed start is awaited on the leg's reply path: its bridge goes
+to the reaper too, and the service's stop waits for both.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
@@ -23,27 +21,6 @@ from cellblock.server.config import Limits
 from cellblock.server.limits import VERDICT_S
 from cellblock.server.runs._protocol import Cancelled, CellExited, ErrorCode, LegOutcome, failed
 from cellblock.server.runs._settle import SettleLoop
-
-#: Cells whose start outlived their leg's wait; kept referenced until removed.
-_LATE_STARTS: set[asyncio.Task[Any]] = set()
-
-
-def remove_when_started(starting: asyncio.Future[Cell], bridge_dir: str) -> None:
-    """Removes a cell whose start finishes after its leg gave up waiting (no cell leaks).
-
-    The engine recreates a missing bind-mount source, so the bridge directory is removed
-    again once the cell is gone.
-    """
-
-    async def reap() -> None:
-        with contextlib.suppress(Exception):
-            cell = await starting
-            await cell.remove()
-        shutil.rmtree(bridge_dir, ignore_errors=True)
-
-    task = asyncio.ensure_future(reap())
-    _LATE_STARTS.add(task)
-    task.add_done_callback(_LATE_STARTS.discard)
 
 
 def wait_exceeded(log: FilteringBoundLogger, phase: str, cell_wait_s: float) -> LegOutcome:
@@ -64,10 +41,10 @@ async def start_cell(executor: Executor, spec: CellSpec, wait_until: float, cell
     try:
         done, _ = await asyncio.wait({starting}, timeout=max(0.0, wait_until - loop.time()))
     except asyncio.CancelledError:
-        remove_when_started(starting, spec.bridge_dir)
+        executor.reaper.retire_when_started(starting, spec.bridge_dir)
         raise
     if not done:
-        remove_when_started(starting, spec.bridge_dir)
+        executor.reaper.retire_when_started(starting, spec.bridge_dir)
         return wait_exceeded(log, "start", cell_wait_s)
     try:
         return starting.result()
