@@ -334,7 +334,10 @@ async def test_checking_a_paused_pool_on_a_busy_engine_is_bounded_by_the_cell_wa
     result, elapsed = await _exec_fresh(svc)
     slow[0] = False
     assert (result.status, result.code, result.failure_phase, result.error) == ("failed", "runtime_unavailable", "host", messages.r21(SHORT_WAIT_MS)), result.raw_json
-    assert result.metadata.cell_id == "", "no cell was started for the leg"
+    # (Its cell id is empty when the checks spent the wait, as they do within 3 s of the pauses; on a
+    # loaded machine the unanswered pings may have ended the paused cells' streams first, and a fresh
+    # start, named, spends the wait instead.)
+    assert result.metadata.cell_id not in {c.name.removeprefix("cellblock-") for c in paused}
     assert elapsed < SHORT_WAIT_MS / 1000 + SLACK_S, elapsed
     await _nothing_held(svc)
     # The cells left unchecked stay pooled until a leg checks them: the next legs (the engine no
