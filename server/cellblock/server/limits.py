@@ -199,6 +199,9 @@ SUGGESTION_CHECK_EVERY = 32
 SUGGESTION_DESCRIPTION_CHARS = 1024
 """Characters of an entry's description that suggestion scoring searches (SPEC §7.6 item 2)."""
 
+LISTED_NAMES_MAX = 20
+"""Most argument names one [B10] list names (then ``, ...``), each cut to :data:`ECHO_MAX_CHARS` (SPEC §14.4)."""
+
 MAX_SEARCH_QUERY_CHARS = 4096
 """Longest ``tools.search`` query, in characters; longer is [B28] (SPEC §7.5 item 1)."""
 
