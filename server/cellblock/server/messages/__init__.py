@@ -122,6 +122,11 @@ A01 = "the request message could not be decoded (a string field is not valid UTF
 A02 = "internal error: the service failed while handling this request; it was logged."
 
 
+def a04(kind: str) -> str:
+    """[A04]: a second start message on an ``Exec`` or ``Wait`` stream (``kind``: ``"exec"`` or ``"wait"``; ``INVALID_ARGUMENT``)."""
+    return f"the {kind.capitalize()} stream already had its start message; send start once, as the stream's first message. The leg was ended."
+
+
 def a03(field: str, max_length: int) -> str:
     """[A03]: the request field ``field`` is longer than the id cap ``max_length`` (``INVALID_ARGUMENT``)."""
     return f"{field} is longer than {max_length} characters."
