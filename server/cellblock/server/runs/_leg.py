@@ -24,9 +24,9 @@ from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeC
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell
 from cellblock.server.runs._guest_failure import exit_failure
+from cellblock.server.runs._guest_output import accepted_entry, record_omission
 from cellblock.server.runs._leg_end import LegEnding
 from cellblock.server.runs._long_request import LONG_REQUEST_BOUND_S, admit_long_request, is_long_request
-from cellblock.server.runs._guest_output import accepted_entry, record_omission
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import BridgeMethod, CellExited, DeadlineTick, ErrorCode, GuestMessage, LegEvent, LegOutcome, ProtocolViolation, failed
