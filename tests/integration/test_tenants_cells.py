@@ -286,3 +286,141 @@ async def test_a_programs_preparation_budget_is_its_own_not_the_pools_queue(make
         assert waited < 5, waited
     finally:
         pool.close()
+
+
+
+def _slow_engine(svc: Service, delay_s: float) -> list[bool]:
+    """Makes every engine call but the exit waiters ``delay_s`` slower once the returned flag is set (a busy engine)."""
+    slow = [False]
+    real_run_blocking = svc.executor.run_blocking  # type: ignore[attr-defined]
+
+    async def delayed(fn: Any, **kw: Any) -> Any:
+        if slow[0] and not kw.get("waiter"):
+            await asyncio.sleep(delay_s)
+        return await real_run_blocking(fn, **kw)
+
+    svc.executor.run_blocking = delayed  # type: ignore[attr-defined]
+    return slow
+
+
+async def _nothing_held(svc: Service) -> None:
+    """The leg slots (admission) and the run store's suspended-run slots are back at zero."""
+    deadline = time.monotonic() + 10
+    while svc.state.admission.running and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert svc.state.admission.running == 0, "a leg slot is still held"
+    assert await svc.registry.store.counts() == (0, 0), "a suspended-run slot or snapshot is still held"
+
+
+#: The cell wait of the two tests below (ms), a longer one covering a cell's start on a loaded machine, and the
+#: slack a timed assertion allows beyond them (s): only a hang catcher.
+SHORT_WAIT_MS, START_WAIT_MS, SLACK_S = 1500, 2500, 1.2
+
+
+async def test_checking_a_paused_pool_on_a_busy_engine_is_bounded_by_the_cell_wait(make_service: Any, docker_client: docker.DockerClient) -> None:
+    # Every pooled cell paused, each liveness check 1.2 s on a busy engine: before, the leg checked the
+    # three cells one after another (3.6 s), then found its cell wait spent, answering after about 4 s.
+    svc = await make_service(warm_pool=3, cell_wait_ms=SHORT_WAIT_MS)
+    assert svc.pool is not None
+    paused = await _ready_pooled(svc, docker_client)
+    cells = [w.cell for w in svc.pool._ready]  # noqa: SLF001 - the ready cells themselves
+    for container in paused:
+        container.pause()
+    deadline = time.monotonic() + 10
+    while any([await cell.alive() for cell in cells]) and time.monotonic() < deadline:  # the engine's events saw the pauses
+        await asyncio.sleep(0.05)
+    slow = _slow_engine(svc, 1.2)
+    slow[0] = True
+    result, elapsed = await _exec_fresh(svc)
+    slow[0] = False
+    assert (result.status, result.code, result.failure_phase, result.error) == ("failed", "runtime_unavailable", "host", messages.r21(SHORT_WAIT_MS)), result.raw_json
+    # (Its cell id is empty when the checks spent the wait, as they do within 3 s of the pauses; on a
+    # loaded machine the unanswered pings may have ended the paused cells' streams first, and a fresh
+    # start, named, spends the wait instead.)
+    assert result.metadata.cell_id not in {c.name.removeprefix("cellblock-") for c in paused}
+    assert elapsed < SHORT_WAIT_MS / 1000 + SLACK_S, elapsed
+    await _nothing_held(svc)
+    # The cells left unchecked stay pooled until a leg checks them: the next legs (the engine no
+    # longer slow) discard them and run, the pool refilling meanwhile.
+    for _ in range(5):
+        again, _ = await _exec_fresh(svc)
+        if again.status == "completed":
+            break
+        await asyncio.sleep(1.0)
+    assert (again.status, again.value) == ("completed", "fresh"), again.raw_json
+    for container in paused:
+        assert await _removed(docker_client, container.name), f"the paused cell {container.name} was kept"
+    await _nothing_held(svc)
+
+
+async def test_no_verdict_in_time_on_a_cell_that_never_attached_is_busy(make_service: Any, docker_client: docker.DockerClient) -> None:
+    # A fresh cell paused before it could attach, and an engine that takes 3 s to say so: before, the
+    # leg waited 2 s more for the engine and then, without its answer, failed the start ([R11]).
+    svc = await make_service(warm_pool=0, cell_wait_ms=START_WAIT_MS)
+    executor = svc.executor
+    real_start_sync = executor._start_sync  # noqa: SLF001 - pause in the same engine call, before the agent can attach
+    slow = _slow_engine(svc, 3.0)
+    started: list[str] = []
+
+    def start_paused(spec: Any) -> Any:
+        cell = real_start_sync(spec)
+        docker_client.containers.get(f"cellblock-{spec.cell_id}").pause()
+        started.append(spec.cell_id)
+        slow[0] = True  # from now on the engine is slow
+        return cell
+
+    executor._start_sync = start_paused  # type: ignore[method-assign]  # noqa: SLF001
+    result, elapsed = await _exec_fresh(svc)
+    slow[0] = False
+    assert started, "no cell was started"
+    assert (result.status, result.code, result.failure_phase, result.error) == ("failed", "runtime_unavailable", "host", messages.r21(START_WAIT_MS)), result.raw_json
+    assert result.metadata.cell_id == started[0], "the cell that was started is named"
+    assert elapsed < START_WAIT_MS / 1000 + SLACK_S, elapsed
+    await _nothing_held(svc)
+    assert await _removed(docker_client, f"cellblock-{started[0]}"), "the paused cell was kept"
+
+
+async def test_a_slow_run_store_sweep_holds_an_exec_no_longer_than_the_cell_wait(make_service: Any, docker_client: docker.DockerClient) -> None:
+    # Before, every exec awaited its sweep of expired runs to the end, however slow the store.
+    svc = await make_service(warm_pool=1, cell_wait_ms=SHORT_WAIT_MS)
+    await _ready_pooled(svc, docker_client)
+    real_sweep, swept = svc.registry.sweep, asyncio.Event()
+
+    async def slow_sweep() -> Any:
+        await asyncio.sleep(6.0)
+        found = await real_sweep()
+        swept.set()
+        return found
+
+    svc.registry.sweep = slow_sweep  # type: ignore[method-assign]
+    result, elapsed = await _exec_fresh(svc)
+    assert (result.status, result.value) == ("completed", "fresh"), result.raw_json
+    assert elapsed < SHORT_WAIT_MS / 1000 + 2.5, elapsed  # the sweep's 6 s are not the answer's
+    assert not swept.is_set(), "the sweep is still under way"
+    await asyncio.wait_for(swept.wait(), timeout=15)  # and ends in the background
+    svc.registry.sweep = real_sweep  # type: ignore[method-assign]
+
+
+async def test_checking_a_paused_kept_cell_on_a_busy_engine_is_bounded_by_the_cell_wait(make_service: Any, docker_client: docker.DockerClient) -> None:
+    # Under cell reuse the scope's kept cell, paused while idle, on an engine that takes 3 s to say
+    # so: before, its check waited out the engine's own bound (2 s) whatever the cell wait (0.5 s).
+    svc = await make_service(warm_pool=1, cell_wait_ms=500, cell_reuse="scope")
+    assert svc.state.scope_cells is not None
+    await _ready_pooled(svc, docker_client)  # the first leg takes a pooled cell: no cold start to fit in 0.5 s
+    first, _ = await _exec_fresh(svc)
+    assert first.status == "completed", first.raw_json
+    kept = [c for cells in svc.state.scope_cells._idle.values() for c in cells]  # noqa: SLF001 - the kept cells themselves
+    assert [c.cell.cell_id for c in kept] == [first.metadata.cell_id], "the scope's cell was kept"
+    docker_client.containers.get(f"cellblock-{kept[0].cell.cell_id}").pause()
+    deadline = time.monotonic() + 10
+    while await kept[0].cell.alive() and time.monotonic() < deadline:  # the engine's events saw the pause
+        await asyncio.sleep(0.05)
+    slow = _slow_engine(svc, 3.0)
+    slow[0] = True
+    result, elapsed = await _exec_fresh(svc)
+    slow[0] = False
+    assert (result.status, result.code, result.error) == ("failed", "runtime_unavailable", messages.r21(500)), result.raw_json
+    assert elapsed < 0.5 + SLACK_S, elapsed
+    await _nothing_held(svc)
+    assert await _removed(docker_client, f"cellblock-{kept[0].cell.cell_id}"), "the paused kept cell was kept"
+    assert not svc.state.scope_cells.idle_cell_ids()

@@ -245,6 +245,9 @@ MAX_BRIDGE_ID_CHARS = 256
 CELL_STATE_CHECK_S = 2.0
 """Seconds the engine may take to report a cell's state (running, paused, OOMKilled)."""
 
+VERDICT_S = 0.5
+"""Seconds a leg whose cell never attached within the cell wait asks the engine whether it still runs; no answer: [R21]."""
+
 POOL_CLOSE_S = 30.0
 """Seconds the warm pool waits at shutdown for cells still starting."""
 

@@ -175,9 +175,10 @@ class DockerCell(Cell):
         return int(result.get("StatusCode", -1))
 
     async def kill(self) -> None:
+        """Kills the container, waiting at most ``CELL_STATE_CHECK_S`` for the engine (the kill goes on; the reaper's removal follows)."""
         try:
-            await self._executor.run_blocking(self._container.kill)
-        except docker.errors.APIError:
+            await asyncio.wait_for(self._executor.run_blocking(self._container.kill), timeout=CELL_STATE_CHECK_S)
+        except (TimeoutError, docker.errors.APIError):
             pass
 
     async def out_of_memory(self) -> bool:

@@ -46,15 +46,31 @@ MAX_STARTING = 2
 REFILL_DEFER_S = 0.2
 
 
-async def still_serves(cell: Cell, bridge: CellBridge) -> bool:
+async def still_serves(cell: Cell, bridge: CellBridge, until: float = math.inf) -> bool:
     """Whether a cell waiting for its next leg (pooled or kept) may be handed one.
 
     Its bridge stream has not ended (the agent is gone, or hung: a warm cell's
     bridge ends its stream when a ping goes unanswered) and holds no message
     from an idle agent, and the cell still runs unpaused (:meth:`Cell.alive`:
     for Docker cells the engine's event stream, else the engine itself).
+
+    Args:
+        cell: The cell.
+        bridge: Its attached bridge.
+        until: ``loop.time()`` by which the answer is needed (the leg's cell wait, SPEC §10.2
+            item 3); ``math.inf``: the engine's own bound (``CELL_STATE_CHECK_S``).
+
+    Raises:
+        TimeoutError: The engine did not answer by ``until`` (the cell's state is unknown).
     """
-    return not bridge.inbox.qsize() and await cell.alive()
+    if bridge.inbox.qsize():
+        return False
+    if until == math.inf:
+        return await cell.alive()
+    left = until - asyncio.get_running_loop().time()
+    if left <= 0:
+        raise TimeoutError
+    return await asyncio.wait_for(cell.alive(), timeout=left)
 
 
 def exit_waiter(cell: Cell) -> asyncio.Future[int]:
@@ -174,25 +190,37 @@ class WarmPool:
         steady = math.ceil(len(self._acquired_at) / RATE_WINDOW_S * refill_s)
         return max(self.size, min(self.max_size, max(burst, steady)))
 
-    async def take(self, memory_limit_bytes: int) -> WarmCell | None:
+    async def take(self, memory_limit_bytes: int, until: float = math.inf) -> WarmCell | None:
         """Like :meth:`acquire`, but only hands out a cell that still runs and is not paused.
 
         A dead or frozen cell (paused, stopped, its agent gone or hung: its bridge stream
         ended, which an unanswered ping over the bridge also does) is destroyed and the
-        next one tried; ``None`` when none is left.
+        next one tried; ``None`` when none is left. Checking the cells one after another is
+        bounded by ``until`` (``loop.time()``, the leg's cell wait): a cell the engine has
+        not vouched for by then is destroyed too (fail closed) and ``None`` returned, so the
+        caller sees its wait spent.
+
+        Args:
+            memory_limit_bytes: The leg's engine memory limit.
+            until: When the leg's cell wait ends (``math.inf``: no bound but the engine's own).
         """
-        while True:
+        loop = asyncio.get_running_loop()
+        while loop.time() < until:
             warm = self.acquire(memory_limit_bytes)
             if warm is None:
                 return None
             exited = warm.exited is not None and warm.exited.done()
-            if warm.bridge.attached.is_set() and not exited and await still_serves(warm.cell, warm.bridge):
-                return warm
-            log.warning("pool.cell_dead", cell_id=warm.cell.cell_id)
+            try:
+                if warm.bridge.attached.is_set() and not exited and await still_serves(warm.cell, warm.bridge, until):
+                    return warm
+                log.warning("pool.cell_dead", cell_id=warm.cell.cell_id)
+            except TimeoutError:
+                log.warning("pool.cell_unknown", cell_id=warm.cell.cell_id)
             self.hits -= 1
             task = asyncio.ensure_future(warm.destroy())
             self._starters.add(task)  # close() waits for it
             task.add_done_callback(self._starters.discard)
+        return None
 
     def idle_container_names(self) -> set[str]:
         """Containers the pool owns (starting or ready), not serving any leg."""

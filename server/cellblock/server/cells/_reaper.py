@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 from typing import TYPE_CHECKING
 
 import structlog
@@ -68,6 +69,25 @@ class CellReaper:
         task = asyncio.ensure_future(self._destroy(cell, bridge, self.clean_defer_s if clean and cell is not None else 0.0))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def retire_when_started(self, starting: asyncio.Future[Cell], bridge_dir: str) -> None:
+        """Removes a cell whose start finishes after its leg gave up waiting for it (no cell leaks).
+
+        The engine recreates a missing bind-mount source, so the bridge directory
+        (``bridge_dir``) is removed again once the cell is gone. :meth:`drain` waits
+        for this removal like any other.
+        """
+        task = asyncio.ensure_future(self._destroy_started(starting, bridge_dir))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _destroy_started(self, starting: asyncio.Future[Cell], bridge_dir: str) -> None:
+        await asyncio.wait({starting})
+        if not starting.cancelled() and starting.exception() is None:  # else nothing was started
+            cell = starting.result()
+            self.retiring.add(cell.cell_id)
+            await self._destroy(cell, None, 0.0)
+        shutil.rmtree(bridge_dir, ignore_errors=True)
 
     async def _destroy(self, cell: Cell | None, bridge: CellBridge | None, defer_s: float) -> None:
         try:

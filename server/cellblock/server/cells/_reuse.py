@@ -18,6 +18,7 @@ stop, and a bound on idle cells over all scopes (``CELLBLOCK_MAX_CONCURRENT_LEGS
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
@@ -105,7 +106,7 @@ class ScopeCells:
         """Records a fresh (or pooled) cell at the start of its first leg for ``scope`` (``exited``: its running exit waiter)."""
         return ScopeCell(scope, cell, bridge, memory_limit_bytes, legs=1, epoch=self._ended.get(scope, 0), waiter=exited)
 
-    async def take(self, scope: Scope, memory_limit_bytes: int, bridge_message_bytes: int = 0) -> ScopeCell | None:
+    async def take(self, scope: Scope, memory_limit_bytes: int, bridge_message_bytes: int = 0, until: float = math.inf) -> ScopeCell | None:
         """The scope's idle cell for a new leg, or ``None``.
 
         Only a live cell of this very scope and engine limit, within its age
@@ -115,14 +116,24 @@ class ScopeCells:
         the new leg at once); cells of another limit stay for legs of theirs,
         exited or too old ones are destroyed. "Live" is the warm pool's check
         (:func:`still_serves`): a kept cell that was paused, signalled or lost
-        its bridge stream while idle is destroyed, never handed out.
+        its bridge stream while idle is destroyed, never handed out. The checks
+        are bounded by ``until`` (``loop.time()``, the leg's cell wait): a cell
+        not vouched for by then is destroyed (fail closed) and ``None`` returned.
         """
-        while True:
+        loop = asyncio.get_running_loop()
+        chosen = None
+        while loop.time() < until:
             chosen = self._pick(scope, memory_limit_bytes, bridge_message_bytes)
-            if chosen is None or await still_serves(chosen.cell, chosen.bridge):
-                break
-            log.warning("cell.kept_dead", cell_id=chosen.cell.cell_id)
-            self._destroy(chosen, "dead")
+            try:
+                if chosen is None or await still_serves(chosen.cell, chosen.bridge, until):
+                    break
+                log.warning("cell.kept_dead", cell_id=chosen.cell.cell_id)
+                self._destroy(chosen, "dead")
+            except TimeoutError:
+                assert chosen is not None
+                log.warning("cell.kept_unknown", cell_id=chosen.cell.cell_id)
+                self._destroy(chosen, "unknown")
+            chosen = None
         if chosen is not None:
             chosen.legs += 1
             chosen.epoch = self._ended.get(scope, 0)

@@ -1,45 +1,26 @@
 """Waiting for a leg's cell, bounded on its own and outside the program's budget (SPEC §10.2 item 3, [R21]).
 
-A fresh cell's start and its attach share one bound (``CELLBLOCK_CELL_WAIT_MS``). A start
+Taking a pooled or kept cell, a fresh cell's start and its attach share one bound
+(``CELLBLOCK_CELL_WAIT_MS``); once it is spent the engine is asked at most
+:data:`~cellblock.server.limits.VERDICT_S` more about a cell that never attached. A start
 that outlives the bound is not abandoned: the cell is removed once the engine has started
-it, so a slow engine leaks no cells or socket directories.
+it (:meth:`CellReaper.retire_when_started`), so a slow engine leaks no cells or socket
+directories. Nothing of a failed start is awaited on the leg's reply path: its bridge goes
+to the reaper too, and the service's stop waits for both.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import shutil
-from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, CellSpec, CellStartError, Executor
 from cellblock.server.config import Limits
+from cellblock.server.limits import VERDICT_S
 from cellblock.server.runs._protocol import Cancelled, CellExited, ErrorCode, LegOutcome, failed
 from cellblock.server.runs._settle import SettleLoop
-
-#: Cells whose start outlived their leg's wait; kept referenced until removed.
-_LATE_STARTS: set[asyncio.Task[Any]] = set()
-
-
-def remove_when_started(starting: asyncio.Future[Cell], bridge_dir: str) -> None:
-    """Removes a cell whose start finishes after its leg gave up waiting (no cell leaks).
-
-    The engine recreates a missing bind-mount source, so the bridge directory is removed
-    again once the cell is gone.
-    """
-
-    async def reap() -> None:
-        with contextlib.suppress(Exception):
-            cell = await starting
-            await cell.remove()
-        shutil.rmtree(bridge_dir, ignore_errors=True)
-
-    task = asyncio.ensure_future(reap())
-    _LATE_STARTS.add(task)
-    task.add_done_callback(_LATE_STARTS.discard)
 
 
 def wait_exceeded(log: FilteringBoundLogger, phase: str, cell_wait_s: float) -> LegOutcome:
@@ -60,10 +41,10 @@ async def start_cell(executor: Executor, spec: CellSpec, wait_until: float, cell
     try:
         done, _ = await asyncio.wait({starting}, timeout=max(0.0, wait_until - loop.time()))
     except asyncio.CancelledError:
-        remove_when_started(starting, spec.bridge_dir)
+        executor.reaper.retire_when_started(starting, spec.bridge_dir)
         raise
     if not done:
-        remove_when_started(starting, spec.bridge_dir)
+        executor.reaper.retire_when_started(starting, spec.bridge_dir)
         return wait_exceeded(log, "start", cell_wait_s)
     try:
         return starting.result()
@@ -76,9 +57,10 @@ async def await_attach(leg: SettleLoop, cell: Cell, attached: asyncio.Future[obj
     """Waits until ``wait_until`` for the cell to authenticate, exit, or the caller to cancel.
 
     Other events wait on the leg's queue for its settle loop (:meth:`SettleLoop.hold_events_until`).
-    When the wait runs out, the engine is asked whether the cell still runs: one that is paused
-    or stopped failed to start ([R11]); only a running cell that is still getting ready means the
-    service is busy ([R21]). Either way the leg's cleanup removes the cell.
+    When the wait runs out, the engine is asked, for at most :data:`VERDICT_S`, whether the cell
+    still runs: one that is paused or stopped failed to start ([R11]); a running cell that is
+    still getting ready, or one the engine gave no verdict on in time, means the service is
+    busy ([R21]). Either way the leg's cleanup removes the cell.
 
     Returns:
         ``None`` once attached, else the leg's failed outcome ([R21], [R11], [R12]/[R13], aborted).
@@ -86,7 +68,12 @@ async def await_attach(leg: SettleLoop, cell: Cell, attached: asyncio.Future[obj
     try:
         first = await leg.hold_events_until(attached, max(0.0, wait_until - asyncio.get_running_loop().time()))
     except TimeoutError:
-        if not await cell.alive():
+        try:
+            alive = await asyncio.wait_for(cell.alive(), timeout=VERDICT_S)
+        except TimeoutError:
+            log.warning("cell.verdict_unknown", verdict_s=VERDICT_S)
+            alive = True  # no verdict in time: busy, never a failed start
+        if not alive:
             log.error("cell.not_running_before_attach")
             return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.r11(msg.cell_stopped_before_attach(int(cell_wait_s * 1000))))
         return wait_exceeded(log, "attach", cell_wait_s)
@@ -114,7 +101,8 @@ async def fresh_cell(
 
     Returns:
         The bridge and the started cell, or the leg's failed outcome ([R11], [R21]); on a
-        failure the bridge is closed here.
+        failure the bridge is handed to the executor's reaper (its stream ends now, its
+        server and directory go in the background: the leg's answer waits for neither).
     """
     try:
         bridge = await executor.open_bridge(socket_base, limits.bridge_message_bytes)
@@ -124,9 +112,9 @@ async def fresh_cell(
     try:
         started = await start_cell(executor, spec, wait_until, cell_wait_s, log)
     except BaseException:
-        await bridge.close()
+        executor.reaper.retire(None, bridge)
         raise
     if isinstance(started, LegOutcome):
-        await bridge.close()
+        executor.reaper.retire(None, bridge)
         return started
     return bridge, started

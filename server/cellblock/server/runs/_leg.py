@@ -22,7 +22,7 @@ from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells, WarmPool
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
-from cellblock.server.runs._cell_wait import await_attach, fresh_cell
+from cellblock.server.runs._cell_wait import await_attach, fresh_cell, wait_exceeded
 from cellblock.server.runs._guest_failure import exit_failure
 from cellblock.server.runs._guest_output import accepted_entry, record_omission
 from cellblock.server.runs._leg_end import LegEnding
@@ -56,7 +56,7 @@ class Leg(LegEnding):
         slot_cap: The deployment's suspended-run cap, quoted by [R01] and [R23].
         snapshot: The run's stored snapshot when resuming (``None`` for exec).
         pool: Warm cells, if the deployment keeps any.
-        cell_wait_s: Bound on waiting for a cell (start and attach), outside the program's budget ([R21]).
+        cell_wait_s: Bound on waiting for a cell (taking, starting, attaching it), outside the program's budget ([R21]).
         scope_cells: Cells kept for their scope's next leg (``CELLBLOCK_CELL_REUSE=scope``), else ``None``.
         cpu: Worker processes for long JSON arguments (default: the process-wide pool).
     """
@@ -126,12 +126,12 @@ class Leg(LegEnding):
         run = self.run_
         run.legs += 1
         # Waiting for a cell has its own bound, outside the program's budget (SPEC §10.2 item 3).
-        self._cell_wait_until = loop.time() + self.cell_wait_s
+        until = self._cell_wait_until = loop.time() + self.cell_wait_s
         # The scope's kept cell (cell reuse), else a warm cell (started and attached ahead
-        # of time, still alive) of this size, else a fresh cell.
+        # of time, still alive) of this size, else a fresh cell; all within the cell wait.
         scope = (run.session_id, run.agent_run_id)
-        self._kept = await self.scope_cells.take(scope, run.limits.memory_limit_bytes, run.limits.bridge_message_bytes) if self.scope_cells is not None else None
-        warm = await self.pool.take(run.limits.memory_limit_bytes) if self.pool is not None and self._kept is None else None
+        self._kept = await self.scope_cells.take(scope, run.limits.memory_limit_bytes, run.limits.bridge_message_bytes, until) if self.scope_cells is not None else None
+        warm = await self.pool.take(run.limits.memory_limit_bytes, until) if self.pool is not None and self._kept is None else None
         ready = self._kept or warm
         cell_id = ready.cell.cell_id if ready is not None else "cell_" + secrets.token_hex(8)
         self._log = self._log.bind(cell_id=cell_id)
@@ -142,9 +142,12 @@ class Leg(LegEnding):
             if ready is not None:
                 self._bridge, self._cell = ready.bridge, ready.cell
                 self._exited = warm.exited if warm is not None else None
+            elif loop.time() >= until:  # checking pooled or kept cells spent the wait: no cold start that cannot finish
+                return wait_exceeded(self._log, "take", self.cell_wait_s)  # no cell started: no cell id
             else:
-                fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits, self._cell_wait_until, self.cell_wait_s, self._log)
+                fresh = await fresh_cell(self.executor, self.socket_base, cell_id, run.limits, until, self.cell_wait_s, self._log)
                 if isinstance(fresh, LegOutcome):
+                    fresh.cell_id = cell_id
                     return fresh
                 self._bridge, self._cell = fresh
             if self._kept is None and self.scope_cells is not None:
@@ -155,11 +158,8 @@ class Leg(LegEnding):
             outcome.cell_id = cell_id
             return outcome
         finally:
-            await self._cleanup()
-
-    async def _cleanup(self) -> None:
-        self._cancel_tasks()
-        self.release_cell()
+            self._cancel_tasks()
+            self.release_cell()
 
     def _deliver_guest(self, item: bpb.AttachRequest | None) -> None:
         if not self.take_now(event := GuestMessage(item)):

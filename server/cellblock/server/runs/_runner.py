@@ -114,6 +114,8 @@ class Runner:
         self.executor = executor
         self.registry = registry
         self.socket_base = socket_base
+        #: The legs' sweep of expired runs under way, shared by the legs that start meanwhile.
+        self._sweeping: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ exec
     async def exec(
@@ -149,8 +151,9 @@ class Runner:
         """
         loop = asyncio.get_running_loop()
         # Expired runs are swept at the start of every exec (SPEC §10.7 item 5): beside the
-        # source's preparation in the worker pool, and done before the run exists.
-        sweeping = asyncio.ensure_future(self.registry.sweep())
+        # source's preparation in the worker pool, and done before the run exists unless the
+        # store is slower than the cell wait (then it goes on in the background).
+        sweeping, sweep_until = self._sweep(), loop.time() + self.cell_wait_ms / 1000.0
         try:
             limits: Limits = self.config.limits_with_overrides(overrides)
             checked = validate_exec(
@@ -162,7 +165,7 @@ class Runner:
             )
             prepared = await self._prepare(checked.source, checked.language, (session_id, agent_run_id)) if not isinstance(checked, InputFailure) else checked
         finally:
-            await sweeping
+            await self._swept(sweeping, sweep_until)
         if isinstance(checked, InputFailure):
             restart = force_restart_safe
             log.warning("exec.invalid_input", reason=checked.message[:200])
@@ -244,7 +247,7 @@ class Runner:
         claimed = await self._claim(arguments_json, session_id, agent_run_id, telemetry)
         # The wait's sweep (SPEC §10.7 item 5) runs behind its claim, beside the leg: the
         # claim itself refuses its run when expired, and a wait takes no new slot.
-        sweeping = asyncio.ensure_future(self._sweep_quietly())
+        sweeping, sweep_until = self._sweep(), asyncio.get_running_loop().time() + self.cell_wait_ms / 1000.0
         try:
             if isinstance(claimed, LegReport):
                 return claimed
@@ -257,10 +260,21 @@ class Runner:
                 except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
                     return await self._fault(run, exc, telemetry)
         finally:
-            await sweeping
+            await self._swept(sweeping, sweep_until)
+
+    def _sweep(self) -> asyncio.Future[None]:
+        """The run store's sweep of expired runs: the one under way, else a new one (legs' sweeps coalesce)."""
+        if self._sweeping is None or self._sweeping.done():
+            self._sweeping = asyncio.ensure_future(self._sweep_quietly())
+        return self._sweeping
+
+    @staticmethod
+    async def _swept(sweeping: asyncio.Future[None], until: float) -> None:
+        """Waits for a leg's sweep until ``until`` (``loop.time()``) at most; a slower one goes on in the background."""
+        await asyncio.wait({sweeping}, timeout=max(0.0, until - asyncio.get_running_loop().time()))
 
     async def _sweep_quietly(self) -> None:
-        """Sweeps expired runs; a failure is logged, never the wait's (its claim already reached the store)."""
+        """Sweeps expired runs; a failure is logged, never the leg's (the next exec, wait or periodic sweep tries again)."""
         try:
             await self.registry.sweep()
         except Exception as exc:  # noqa: BLE001 - the next exec, wait or periodic sweep tries again
