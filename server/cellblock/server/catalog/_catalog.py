@@ -223,7 +223,7 @@ class CatalogView:
             Compact entries, best first.
 
         Raises:
-            BridgeReplyError: [B01], [B02] or [B03], with input provenance.
+            BridgeReplyError: [B01], [B28], [B02] or [B03], with input provenance.
         """
         self._counters.count_search()
         return self._search_index.search(

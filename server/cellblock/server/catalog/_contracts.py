@@ -16,7 +16,7 @@ import jsonschema.validators
 from jsonschema.exceptions import SchemaError, ValidationError
 
 from .. import messages as msg
-from ..limits import CONTRACT_BUDGET_MS
+from ..limits import CONTRACT_BUDGET_MS, LISTED_NAMES_MAX
 from ._bounded import ContractBudgetExceeded, LinearRe, SizedLru, UnsupportedPatternError, budget, budgeted, install, schema_problem
 from ._errors import BridgeReplyError
 from ._fast_accept import quick_acceptor
@@ -311,6 +311,12 @@ def _problem(error: ValidationError) -> str:
     return f"does not satisfy {json.dumps(str(keyword))}"
 
 
+def _listed(names: list[str]) -> str:
+    """Joins the first :data:`LISTED_NAMES_MAX` names, each cut by ``msg.echo``, adding ``, ...`` when there are more."""
+    shown = ", ".join(msg.echo(name) for name in names[:LISTED_NAMES_MAX])
+    return shown + (", ..." if len(names) > LISTED_NAMES_MAX else "")
+
+
 def _top_level_problems(schema: object, arguments: object) -> str:
     """Lists missing, then unexpected, top-level arguments (SPEC §8.4 item 1)."""
     if not isinstance(schema, Mapping) or not isinstance(arguments, Mapping):
@@ -323,11 +329,11 @@ def _top_level_problems(schema: object, arguments: object) -> str:
             if isinstance(name, str) and name not in arguments and name not in missing:
                 missing.append(name)
         if missing:
-            problems.append("missing required argument(s): " + ", ".join(name[:200] for name in missing))
+            problems.append("missing required argument(s): " + _listed(missing))
     if schema.get("additionalProperties") is False:
         extras = _extra_properties(arguments, schema)
         if extras:
-            problems.append("unexpected argument(s): " + ", ".join(name[:200] for name in extras))
+            problems.append("unexpected argument(s): " + _listed(extras))
     return "; ".join(problems)
 
 
@@ -363,7 +369,7 @@ def check_input_contract(entry: CatalogEntry, arguments: object) -> None:
         if first is None:
             return
         problems = _top_level_problems(entry.parameters, arguments) or (
-            f"{_pointer(first.absolute_path)}: {_problem(first)}"
+            f"{msg.echo(_pointer(first.absolute_path))}: {_problem(first)}"
         )
     raise BridgeReplyError(msg.b10(entry.id, problems), "input", code="input_contract")
 
