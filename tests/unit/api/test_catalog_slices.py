@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.asyncio
-
 from cellblock.server.api._catalog_service import PARSE_SLICE, parsed_in_slices
 from cellblock.server.catalog import Catalog, CatalogRegistrationError
+
+pytestmark = pytest.mark.asyncio
 
 
 def _tools(count: int) -> list[dict[str, Any]]:

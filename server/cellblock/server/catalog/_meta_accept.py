@@ -53,7 +53,7 @@ def _type(value: Any, _fmt: jsonschema.FormatChecker) -> bool:
 
 def _conforms(value: Any, fmt: jsonschema.FormatChecker, name: str) -> bool:
     try:
-        return fmt.conforms(value, name)
+        return bool(fmt.conforms(value, name))
     except Exception:  # noqa: BLE001 - the full check raises or reports it
         return False
 
