@@ -194,7 +194,7 @@ class RunCatalog:
     @cached_property
     def _guest_catalog(self) -> dict[str, Any]:
         ns = self.namespace
-        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": ns.guest_data(), "apiFiles": ns.api_files()}
+        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": ns.guest_data(blocks := dict[tuple[str, str], list[str]]()), "apiFiles": ns.api_files(blocks)}
 
     def namespace_entry(self, root: object, path: object) -> CatalogEntry | None:
         """The entry a ``namespace`` request targets (SPEC §8.5 item 7).

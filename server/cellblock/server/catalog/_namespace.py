@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 
-from ._declarations import INDEX_DESCRIPTION, OPERATION_PATHS, ROOT_NOTE, McpServer, McpTool, render_index, render_server, server_note
+from ._declarations import INDEX_DESCRIPTION, OPERATION_PATHS, ROOT_NOTE, Blocks, McpServer, McpTool, render_index, render_server, server_note
 from ._entries import CatalogEntry
 from ._identifiers import TOOL_RESERVED, assign_identifiers, server_identifiers
 
@@ -50,8 +50,11 @@ class McpNamespace:
         """The content of ``mcp/index.d.ts`` (``""`` without servers)."""
         return render_index([s.identifier for s in self.servers]) if self.servers else ""
 
-    def api_files(self) -> list[dict[str, Any]]:
+    def api_files(self, blocks: Blocks | None = None) -> list[dict[str, Any]]:
         """The ``API`` files (SPEC §8.6 item 1): none without servers.
+
+        Args:
+            blocks: Tool blocks :meth:`guest_data` rendered (``render_server``), or ``None``.
 
         Returns:
             ``[{path, description, content, bytes}]``: ``mcp/index.d.ts``, then one file per
@@ -61,11 +64,14 @@ class McpNamespace:
             return []
         files = [_file("mcp/index.d.ts", INDEX_DESCRIPTION, self.index_content())]
         for server in self.servers:
-            files.append(_file(server.file_path, f"MCP server declaration for {server.name}.", render_server(server.identifier, server.tools)))
+            files.append(_file(server.file_path, f"MCP server declaration for {server.name}.", render_server(server.identifier, server.tools, blocks)))
         return files
 
-    def guest_data(self) -> dict[str, Any] | None:
+    def guest_data(self, blocks: Blocks | None = None) -> dict[str, Any] | None:
         """The ``mcp`` data the cell builds ``MCP`` and answers ``$api()`` from.
+
+        Args:
+            blocks: Tool blocks rendered so far (filled here, for :meth:`api_files`), or ``None``.
 
         Returns:
             ``None`` without servers, else ``{root: {header, servers, note}, servers: [...]}``
@@ -91,18 +97,18 @@ class McpNamespace:
                     [[name, sub["default"]] for name, sub in props.items() if isinstance(sub, dict) and "default" in sub] if isinstance(props, dict) else []
                 )
                 tools.append(item)
-            selectors: dict[str, dict[str, Any]] = {}
-            for t in server.tools:
-                for text in (t.method, t.path, t.mcp_tool):
-                    if text in selectors:
-                        continue
-                    chosen = [i for i, u in enumerate(server.tools) if text in (u.method, u.path, u.mcp_tool)]
-                    selectors[text] = {"tools": chosen, "header": render_server(server.identifier, [server.tools[i] for i in chosen])}
+            # One pass: each selector text's tools in index order, each tool block rendered once.
+            chosen: dict[str, list[int]] = {}
+            for i, t in enumerate(server.tools):
+                for text in dict.fromkeys((t.method, t.path, t.mcp_tool)):
+                    chosen.setdefault(text, []).append(i)
+            blocks = {} if blocks is None else blocks
+            selectors = {text: {"tools": at, "header": render_server(server.identifier, [server.tools[i] for i in at], blocks)} for text, at in chosen.items()}
             servers.append(
                 {
                     "identifier": server.identifier,
                     "serverName": server.name,
-                    "header": render_server(server.identifier, server.tools),
+                    "header": render_server(server.identifier, server.tools, blocks),
                     "note": server_note(server.identifier),
                     "tools": tools,
                     "selectors": selectors,
