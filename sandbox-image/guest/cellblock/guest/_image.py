@@ -49,7 +49,7 @@ def prefault(instance: _engine._Instance, start: int = 0) -> bool:
     if start >= size:
         return True
     base = ctypes.addressof(memory.get_buffer_ptr(store, size, 0))
-    return _libc.madvise(base + start, size - start, _MADV_POPULATE_WRITE) == 0
+    return bool(_libc.madvise(base + start, size - start, _MADV_POPULATE_WRITE) == 0)
 
 
 def pack(instance: _engine._Instance, level: int) -> tuple[bytes, int]:
