@@ -103,3 +103,33 @@ async def test_a_clean_end_defers_the_removal_and_any_other_end_removes_at_once(
         finally:
             await service.stop()
         assert cell_dirs(sockets) == []
+
+
+async def test_a_clean_end_closes_its_cells_stream_a_little_after_the_reply() -> None:
+    # The stream of a cleanly ended cell stays open clean_hangup_s (the agent's exit then
+    # does not run beside the run store's fsync right after the leg), then closes and the
+    # agent exits by itself, long before the deferred removal.
+    with tempfile.TemporaryDirectory() as sockets:
+        executor = _RecordingProcessExecutor()
+        executor.reaper.clean_defer_s = 30.0
+        executor.reaper.clean_hangup_s = 0.5
+        settings = ServerSettings(address="127.0.0.1:0", executor="process", code_mode={"enabled": True}, socket_dir=sockets, state_dir=state_dir_in(sockets))
+        service = await start_service(settings, executor=executor)
+        loop = asyncio.get_running_loop()
+        try:
+            async with await CellblockClient.connect(service.address) as client:
+                scope = Scope("hangup", "hangup")
+                await client.put_catalog(scope, [Tool(source="host", name="noop")])
+                clean = await client.exec(scope, tool_call_id="clean", code="return 1", handlers={})
+                replied = loop.time()
+                assert clean.status == "completed", clean.raw_json
+                proc = executor.cells[clean.metadata.cell_id]._proc  # type: ignore[attr-defined]
+                await asyncio.sleep(0.2)
+                assert proc.returncode is None, "the stream is still open: the agent waits for its end"
+                await asyncio.wait_for(proc.wait(), timeout=10.0)
+                assert loop.time() - replied >= 0.45, "the agent exited once its stream closed"
+                assert proc.returncode == 0
+                assert clean.metadata.cell_id not in executor.removal_started, "its removal still waits"
+        finally:
+            await service.stop()
+        assert cell_dirs(sockets) == []

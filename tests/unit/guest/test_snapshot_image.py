@@ -89,3 +89,44 @@ def test_a_bad_snapshot_is_refused(case: str, change: Callable[[bytearray], byte
     with pytest.raises(ValueError, match=reason):
         vm.restore(bad, CONFIG)
     vm.close()
+
+
+def _resident_pages(address: int, size: int) -> int:
+    """How many of the 4 KiB pages at ``address`` are in memory (``mincore``)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    pages = (size + 4095) // 4096
+    vec = (ctypes.c_ubyte * pages)()
+    assert libc.mincore(address, size, vec) == 0, ctypes.get_errno()
+    return sum(b & 1 for b in vec)
+
+
+def test_a_prepared_vm_has_its_linear_memory_faulted_in_with_its_contents_unchanged() -> None:
+    # What a resume writes lands in pages already faulted in (bench/README.md); prefault
+    # itself must change neither the memory's size nor a byte of it.
+    import ctypes
+
+    from cellblock.guest._image import prefault
+
+    vm = CellVM(memory_limit_bytes=32 << 20, deadline=time.monotonic() + 10)
+    inst = vm._ctx._engine_ctx._inst
+    size = inst.mem.data_len(inst.store)
+    buffer = inst.mem.get_buffer_ptr(inst.store, size, 0)
+    assert _resident_pages(ctypes.addressof(buffer), size) < size // 4096, "a fresh VM's memory is not all faulted in"
+    before = bytes(memoryview(buffer).cast("B"))
+    assert prefault(inst)
+    assert inst.mem.data_len(inst.store) == size
+    assert bytes(memoryview(buffer).cast("B")) == before
+    vm.close()
+    prepared = CellVM.prepared(memory_limit_bytes=32 << 20)
+    inst = prepared._ctx._engine_ctx._inst
+    size = inst.mem.data_len(inst.store)
+    assert _resident_pages(ctypes.addressof(inst.mem.get_buffer_ptr(inst.store, size, 0)), size) == size // 4096
+    data, bridge_id = _parked()
+    prepared.restore(data, CONFIG)
+    prepared.settle(bridge_id, True, json.dumps({"n": 2}), "")
+    _outbox, status = prepared.report()
+    assert (status["phase"], status.get("valueJson")) == ("fulfilled", "502")
+    prepared.close()

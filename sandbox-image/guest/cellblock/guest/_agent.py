@@ -106,6 +106,8 @@ class Leg:
         self._outgoing: list[pb.AttachRequest] = []
         self._watchdog = watchdog or _Watchdog()
         self._deadline = time.monotonic() + 60.0
+        #: A read of the host's next message started ahead of :meth:`_next` (a resume's restore).
+        self._read_ahead: asyncio.Future[Any] | None = None
 
     def _send(self, msg: pb.AttachRequest) -> None:
         self._outgoing.append(msg)
@@ -152,7 +154,12 @@ class Leg:
         try:
             await self._write_outgoing(call)
             await call.done_writing()
-            while (msg := await call.read()) is not grpc.aio.EOF:
+            while True:
+                # A read started ahead and never awaited (a restore that failed) comes first.
+                reading, self._read_ahead = self._read_ahead, None
+                msg = await (reading if reading is not None else call.read())
+                if msg is grpc.aio.EOF:
+                    break
                 if isinstance(msg, pb.AttachResponse) and msg.WhichOneof("message") == "recycle":
                     next_token = msg.recycle.next_cell_token
         except grpc.aio.AioRpcError:
@@ -185,6 +192,10 @@ class Leg:
                     chunks.append(msg.snapshot_chunk.data)
                     if msg.snapshot_chunk.last:
                         break
+                # The host sent the settlements due on resume right after the snapshot: the read
+                # of the next message is under way in gRPC's own thread while the VM restores.
+                self._read_ahead = asyncio.ensure_future(call.read())
+                await asyncio.sleep(0)
                 self._step(lambda: vm.restore(b"".join(chunks), config))
             else:
                 # The catalog's text goes to the controller as the host sent it.
@@ -273,7 +284,8 @@ class Leg:
             # asyncio.timeout, not wait_for: no task per message.
             async with asyncio.timeout(timeout):
                 await self._write_outgoing(call)
-                msg = await call.read()
+                reading, self._read_ahead = self._read_ahead, None
+                msg = await (reading if reading is not None else call.read())
         except TimeoutError:
             print("cellblock-guest: the host went silent; ending the cell", file=sys.stderr)
             os._exit(pb.CELL_EXIT_CODE_HOST_SILENT)

@@ -21,7 +21,7 @@ from quickjs_rs import Runtime
 from cellblock.guest import _engine_load
 from cellblock.guest._crossings import ControllerCalls
 from cellblock.guest._engine_load import preload_engine
-from cellblock.guest._image import pack, unpack_into
+from cellblock.guest._image import pack, prefault, unpack_into
 
 USER_FILE = "cellblock:user.js"
 # The user's source is compiled as the body of this function; the prefix sits
@@ -141,6 +141,9 @@ class CellVM:
         """
         vm = cls(memory_limit_bytes=memory_limit_bytes, deadline=time.monotonic() + 3600.0)
         vm._factory = vm._guard(lambda: vm._ctx.eval_handle(_controller_source(), filename="cellblock:controller.js"))
+        # While the cell waits in the pool: a resume's image is then written into
+        # pages already faulted in (about 0.8 ms less of its CPU, bench/README.md).
+        prefault(vm._instance)
         return vm
 
     def _interrupt(self) -> bool:

@@ -17,6 +17,13 @@ overlay mount torn down, 10-30 ms of CPU in dockerd, containerd and runc on
 fsync of a finished run) nor with the scope's next leg sent right after it
 (a wait sent as its exec returned ``waiting``). Any other cell is removed at
 once (fail closed: a runaway or misbehaving cell gets no grace).
+
+Such a cell's stream also closes :data:`CLEAN_HANGUP_DEFER_S` after its leg's
+end, not at once: the agent exits as its stream closes, and the engine's work
+for the exit (containerd and dockerd record the container's state, on the
+same disk) made the run store's fsync right after the leg (a finished run's
+removal, a park) 2-4x slower when it ran beside it (bench/README.md). Meanwhile
+the host sends the cell nothing and drops whatever the cell sends.
 """
 
 from __future__ import annotations
@@ -36,6 +43,12 @@ log = structlog.get_logger("cellblock.reaper")
 
 #: Seconds between a cleanly ended leg and its cell's removal (see the module docstring).
 CLEAN_REMOVAL_DEFER_S = 0.2
+#: Seconds between a cleanly ended leg and the end of its cell's stream (at most the removal's deferral).
+CLEAN_HANGUP_DEFER_S = 0.05
+
+
+def _drop(_message: object) -> None:
+    """Where a retired cell's messages go while its stream stays open: nowhere."""
 
 
 class CellReaper:
@@ -44,11 +57,14 @@ class CellReaper:
     Attributes:
         retiring: Ids of cells whose leg ended and whose removal is under way (or deferred).
         clean_defer_s: Seconds a cleanly ended cell's removal waits (:data:`CLEAN_REMOVAL_DEFER_S`; 0: none).
+        clean_hangup_s: Seconds a cleanly ended cell's stream stays open (:data:`CLEAN_HANGUP_DEFER_S`,
+            capped at ``clean_defer_s``).
     """
 
     def __init__(self) -> None:
         self.retiring: set[str] = set()
         self.clean_defer_s = CLEAN_REMOVAL_DEFER_S
+        self.clean_hangup_s = CLEAN_HANGUP_DEFER_S
         self._tasks: set[asyncio.Task[None]] = set()
         #: One future per deferred removal; :meth:`drain` resolves them, so those removals start at once.
         self._deferred: set[asyncio.Future[None]] = set()
@@ -58,15 +74,21 @@ class CellReaper:
 
         Args:
             cell: The cell to remove (``None`` when it never started).
-            bridge: Its bridge; the stream closes before this returns.
+            bridge: Its bridge; the stream closes before this returns, or for a clean
+                end :attr:`clean_hangup_s` later (what the cell sends meanwhile is dropped).
             clean: The cell's leg ended cleanly: its removal waits :attr:`clean_defer_s`
                 (or until :meth:`drain`); otherwise it starts at once.
         """
+        defer_s = self.clean_defer_s if clean and cell is not None else 0.0
+        hangup_s = min(self.clean_hangup_s, defer_s)
         if bridge is not None:
-            bridge.hang_up()
+            if hangup_s > 0:
+                bridge.deliver_to(_drop)
+            else:
+                bridge.hang_up()
         if cell is not None:
             self.retiring.add(cell.cell_id)
-        task = asyncio.ensure_future(self._destroy(cell, bridge, self.clean_defer_s if clean and cell is not None else 0.0))
+        task = asyncio.ensure_future(self._destroy(cell, bridge, defer_s, hangup_s))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -89,15 +111,22 @@ class CellReaper:
             await self._destroy(cell, None, 0.0)
         shutil.rmtree(bridge_dir, ignore_errors=True)
 
-    async def _destroy(self, cell: Cell | None, bridge: CellBridge | None, defer_s: float) -> None:
+    async def _destroy(self, cell: Cell | None, bridge: CellBridge | None, defer_s: float, hangup_s: float = 0.0) -> None:
         try:
             if defer_s > 0:
                 hurry = asyncio.get_running_loop().create_future()
                 self._deferred.add(hurry)
                 try:
-                    await asyncio.wait((hurry,), timeout=defer_s)
+                    if hangup_s > 0:
+                        await asyncio.wait((hurry,), timeout=hangup_s)
+                        if bridge is not None:
+                            bridge.hang_up()
+                    if not hurry.done():
+                        await asyncio.wait((hurry,), timeout=defer_s - hangup_s)
                 finally:
                     self._deferred.discard(hurry)
+                    if bridge is not None:
+                        bridge.hang_up()
             if cell is not None:
                 try:
                     await cell.remove()
