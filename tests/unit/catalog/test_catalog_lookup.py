@@ -282,6 +282,7 @@ def test_suggestions_search_only_the_first_1024_description_characters() -> None
 
 
 def test_a_long_unknown_id_against_a_large_view_returns_quickly() -> None:
+    """Catches the unbounded scan (seconds for a 1 MB id before the budget), not speed: the bound allows a loaded machine."""
     import time
 
     tools = [
@@ -293,4 +294,4 @@ def test_a_long_unknown_id_against_a_large_view_returns_quickly() -> None:
     for text in ("ab " * 173, "a" * 520, "ab " * 350_000):
         started = time.perf_counter()
         reply(view, text)
-        assert time.perf_counter() - started < 0.06, len(text)
+        assert time.perf_counter() - started < 0.5, len(text)
