@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +34,12 @@ from tests.support.postgres import Cluster
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 STORE_CALL_MS = 1000
-#: The answer's bound: the store wait plus the leg's other steps (a pooled cell, the guest's yield).
-ANSWER_S = 4.0
+#: The answer's bound: the leg's sweep and the unanswered call (a store wait each) plus its other steps (a pooled cell, the guest's yield).
+ANSWER_S = 6.0
 TOOLS = [Tool(source="client", owner="app", name="noop", description="Unused.", parameters={"type": "object"})]
 YIELD = 'const r = await yield_control("checkpoint"); return r;'
+#: The run holds its slot (its first dispatch), then parks: the store stalls in between (the tool's handler).
+CALL_THEN_YIELD = 'const a = await tools.callValue("client:app:noop", {}); await yield_control("checkpoint"); return a;'
 
 
 @asynccontextmanager
@@ -89,6 +91,20 @@ async def _scenario(svc: Service, stalled: Callable[[], Any], n: int) -> None:
         assert resumed.status == "completed" and resumed.value == {"status": "yielded", "reason": "checkpoint"}, resumed
         assert await registry.store.counts() == (0, 0)
         assert registry.active == {}
+
+        # A park the store does not answer: never `waiting`; the late park is undone.
+        with ExitStack() as stall:
+
+            async def noop(tool_input: dict[str, Any], call: Any) -> dict[str, Any]:
+                stall.enter_context(stalled())
+                return {"details": {"ok": True}}
+
+            unparked, took = await _timed(client.exec(scope, tool_call_id="t3", code=CALL_THEN_YIELD, handlers={"noop": noop}))
+        assert unparked.status == "failed" and unparked.code == "runtime_unavailable", unparked
+        assert unparked.error == msg.R25 and took < ANSWER_S + 2.0, (unparked.error, took)
+        await asyncio.wait_for(registry.calls.drain(), timeout=30.0)
+        assert await registry.store.counts() == (0, 0)
+        assert await registry.store.check_integrity() == []
 
 
 async def test_a_sqlite_store_locked_by_another_connection_answers_r26_and_r25_within_the_store_wait(tmp_path: Path) -> None:
