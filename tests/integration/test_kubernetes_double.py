@@ -27,7 +27,7 @@ from cellblock.bridge.v1 import bridge_service_pb2_grpc as pb_grpc
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import ServerSettings, Service, start_service
 from cellblock.server.cells import BridgeTls, CellSpec, CellStartError, KubernetesExecutor, KubernetesExecutorConfig, Owner
-from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S
+from cellblock.server.limits import BRIDGE_HELLO_TIMEOUT_S, CELL_STATE_CHECK_S
 from tests.support.cells import state_dir_in
 from tests.support.k8s_double import KubernetesApiDouble
 from tests.support.k8s_policy import restricted_violations
@@ -104,6 +104,26 @@ async def test_the_host_watchdog_deletes_a_runaway_cell_pod_with_grace_zero(doub
         assert [grace for _, _, grace in double.deletes] and all(grace == 0 for _, _, grace in double.deletes)
     finally:
         await service.stop()
+
+
+async def test_a_slow_pod_deletion_holds_a_cells_kill_at_most_two_seconds(double: KubernetesApiDouble) -> None:
+    # Issue 11 item 6: kill() waits for the API at most CELL_STATE_CHECK_S (2 s), as Docker's does;
+    # the deletion goes on and the pod is still deleted.
+    executor = _executor(double)
+    try:
+        bridge = await executor.open_bridge("")
+        cell = await executor.start(CellSpec(cell_id="cell_00000000000000cd", bridge_dir="", cell_token=bridge.token, memory_limit_bytes=64 << 20))
+        double.delete_delay_s = 6.0
+        started = time.monotonic()
+        await cell.kill()
+        assert time.monotonic() - started < CELL_STATE_CHECK_S + 0.5
+        await asyncio.sleep(6.0)
+        await _no_cell_pods_left(double)
+        await cell.remove()
+        await bridge.close()
+    finally:
+        double.delete_delay_s = 0.0
+        await executor.close()
 
 
 async def test_cold_pod_start_and_warm_pool_hit_latency(double: KubernetesApiDouble) -> None:

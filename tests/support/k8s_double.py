@@ -80,6 +80,8 @@ class KubernetesApiDouble:
         #: naming another stays Pending with CreateContainerError, as on a real node.
         self.node_profiles: set[str] = {"profiles/cellblock-cell.json"}
         self.url = ""
+        #: Seconds every DELETE of a pod waits before the double acts on it (an API server slow to answer).
+        self.delete_delay_s = 0.0
 
     # ------------------------------------------------------------ server
     async def start(self) -> None:
@@ -217,6 +219,8 @@ class KubernetesApiDouble:
         ns, name = request.match_info["ns"], request.match_info["name"]
         grace = request.query.get("gracePeriodSeconds")
         self.deletes.append((ns, name, int(grace) if grace is not None else None))
+        if self.delete_delay_s:
+            await asyncio.sleep(self.delete_delay_s)
         pod = self.pods.get((ns, name))
         if pod is None:
             return web.json_response({"kind": "Status", "reason": "NotFound", "code": 404}, status=404)

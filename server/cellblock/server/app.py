@@ -40,7 +40,7 @@ from cellblock.server.cells import (
     recover_orphans,
 )
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, DEFAULT_STORE_CALL_MS, MAX_API_MESSAGE_BYTES, SUSPENDED_RUN_CAP
 from cellblock.server.logging import configure_logging
 from cellblock.server.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from cellblock.server.memory import freeze_startup_heap, trim_free_memory, tune_allocator, use_system_allocator
@@ -106,6 +106,8 @@ class ServerSettings:
             at most three quarters of it. Every replica sharing a store must use the same value.
         lease_seconds: Lease of a run while a leg holds it (``CELLBLOCK_STORE_LEASE_S``);
             a replica that dies mid-leg frees its runs after this long.
+        store_call_ms: The store wait: longest wait for one run-store call before the
+            answer is [R25]/[R26] (``CELLBLOCK_STORE_CALL_MS``, 100 … 60000, SPEC §16.1 item 9).
         cell_reuse: ``leg`` (one leg per cell) or ``scope`` (a cell serves
             consecutive legs of one scope, each in a fresh VM) (``CELLBLOCK_CELL_REUSE``, SPEC §16.2).
         cell_max_legs: Legs one cell serves at most under ``scope`` (``CELLBLOCK_CELL_MAX_LEGS``).
@@ -131,6 +133,7 @@ class ServerSettings:
     store: str = ""
     max_suspended_runs: int = SUSPENDED_RUN_CAP
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+    store_call_ms: int = DEFAULT_STORE_CALL_MS
     cell_reuse: str = "leg"
     cell_max_legs: int = 64
     cell_max_age_s: float = 600.0
@@ -166,6 +169,7 @@ class ServerSettings:
             store=env.get("CELLBLOCK_STORE", ""),
             max_suspended_runs=_bounded(env.get("CELLBLOCK_MAX_SUSPENDED_RUNS"), SUSPENDED_RUN_CAP, 1, 1_000_000, "CELLBLOCK_MAX_SUSPENDED_RUNS"),
             lease_seconds=float(env.get("CELLBLOCK_STORE_LEASE_S", DEFAULT_LEASE_SECONDS)),
+            store_call_ms=_bounded(env.get("CELLBLOCK_STORE_CALL_MS"), DEFAULT_STORE_CALL_MS, 100, 60_000, "CELLBLOCK_STORE_CALL_MS"),
             cell_reuse=env.get("CELLBLOCK_CELL_REUSE", base.cell_reuse),
             cell_max_legs=_bounded(env.get("CELLBLOCK_CELL_MAX_LEGS"), base.cell_max_legs, 1, 1_000_000, "CELLBLOCK_CELL_MAX_LEGS"),
             cell_max_age_s=float(env.get("CELLBLOCK_CELL_MAX_AGE_S") or base.cell_max_age_s),
@@ -269,6 +273,8 @@ class Service:
         await self.executor.close()
         if self.state.mcp_hub is not None:
             await self.state.mcp_hub.close()
+        if self.state.registry is not None:  # store calls that outlived their wait, at most the grace more
+            await asyncio.wait({asyncio.ensure_future(self.state.registry.calls.drain())}, timeout=grace)
         if self.store is not None:
             await self.store.close()
         for fd in self.locks:
@@ -317,7 +323,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     config = CodeModeConfig.from_json(settings.code_mode)
     locks = lock_directories(settings.socket_dir, settings.state_dir)
     try:
-        store = make_run_store(settings.store_url, settings.max_suspended_runs)
+        store = make_run_store(settings.store_url, settings.max_suspended_runs, settings.store_call_ms / 1000.0)
         await store.open()
     except BaseException:
         for fd in locks:
@@ -326,7 +332,7 @@ async def start_service(settings: ServerSettings, executor: Executor | None = No
     executor = executor or make_executor(settings)
     await recover_orphans(settings.socket_dir, executor)
     state = ServiceState(config=config, admission=Admission(settings.max_concurrent_legs))
-    registry = RunRegistry(store, restore_view=state.restore_view, lease_seconds=settings.lease_seconds)
+    registry = RunRegistry(store, restore_view=state.restore_view, lease_seconds=settings.lease_seconds, store_call_s=settings.store_call_ms / 1000.0)
     state.registry = registry
     await registry.sweep()
     if settings.mcp_servers:

@@ -262,6 +262,9 @@ REPEAT_SAMPLE = 1000
 DEFAULT_CELL_WAIT_MS = 10_000
 """Default bound on waiting for a cell (start and attach), ``CELLBLOCK_CELL_WAIT_MS`` ([R21])."""
 
+DEFAULT_STORE_CALL_MS = 5000
+"""Default store wait, ``CELLBLOCK_STORE_CALL_MS``: longest wait for one run-store call an answer depends on ([R25], SPEC §16.1 item 9)."""
+
 MAX_BRIDGE_ID_CHARS = 256
 """Longest bridge id echoed back in a protocol rejection (real ids are ``bridge:<method>:<n>``)."""
 

@@ -9,6 +9,8 @@
   :data:`~cellblock.server.limits.MAX_SCOPE_ID_CHARS`, at any depth, ends with
   ``INVALID_ARGUMENT`` and [A03] before its handler runs (SPEC §3.1 item 5), so no
   handler logs or stores an unbounded id;
+* a run-store call that did not answer within the store wait (RunService, scope end) ends
+  with ``UNAVAILABLE`` and [A05] (SPEC §16.1 item 9);
 * any other exception a handler raises (a fault of the service) is logged with its
   class and traceback and ends with ``INTERNAL`` and [A02]: never ``UNKNOWN`` with
   Python internals.
@@ -29,6 +31,7 @@ from google.protobuf.message import DecodeError
 from cellblock.server import messages as msg
 from cellblock.server.api._scope import long_id
 from cellblock.server.limits import MAX_SCOPE_ID_CHARS
+from cellblock.server.store import StoreTimeoutError
 
 log = structlog.get_logger("cellblock.rpc")
 
@@ -90,6 +93,9 @@ def _is_abort(exc: BaseException) -> bool:
 
 
 async def _fail(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
+    if isinstance(exc, StoreTimeoutError):
+        log.error("rpc.store_timeout", rpc=rpc, call=exc.call)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, msg.A05)
     log.error("rpc.fault", rpc=rpc, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
     await context.abort(grpc.StatusCode.INTERNAL, msg.A02)
 

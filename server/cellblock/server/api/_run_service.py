@@ -71,7 +71,7 @@ class RunService(pb_grpc.RunServiceServicer):
 
     async def CancelRun(self, request: pb.CancelRunRequest, context: grpc.aio.ServicerContext) -> pb.CancelRunResponse:  # noqa: N802
         scope = await require_scope(request.scope, context)
-        record = await self._registry.store.get(request.run_id)
+        record = await self._registry.record(request.run_id)
         if record is not None and record.state == "cancelled" and (record.session_id, record.agent_run_id) == scope:
             return pb.CancelRunResponse(previous_state=pb.RUN_STATE_UNSPECIFIED)
         run = await self._find(scope, request.run_id, context)

@@ -38,6 +38,7 @@ from cellblock.server.cells._kubernetes_pod import (
     KubernetesExecutorConfig,
     pod_manifest,
 )
+from cellblock.server.limits import CELL_STATE_CHECK_S
 
 log = structlog.get_logger("cellblock.kubernetes")
 
@@ -59,12 +60,18 @@ class KubernetesCell(Cell):
         self.cell_id = cell_id
         self.runtime_id = name
         self._removed = False
+        #: The pod's deletion by :meth:`kill` (kept referenced while it outlives the kill's wait).
+        self._killing: asyncio.Future[None] | None = None
 
     async def wait(self) -> int:
         return await asyncio.shield(self._exited)
 
     async def kill(self) -> None:
-        await self._executor.delete_pod(self._name)
+        """Deletes the pod (grace 0), waiting at most ``CELL_STATE_CHECK_S`` for the API (the deletion goes on; :meth:`remove` follows)."""
+        self._killing = deleting = asyncio.ensure_future(self._executor.delete_pod(self._name))
+        done, _ = await asyncio.wait({deleting}, timeout=CELL_STATE_CHECK_S)
+        if not done:
+            log.warning("cell.kill_slow", pod=self._name, wait_s=CELL_STATE_CHECK_S)
 
     async def remove(self) -> None:
         if self._removed:

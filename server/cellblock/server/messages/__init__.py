@@ -120,6 +120,7 @@ S06 = "source preparation stopped before it finished checking this program; no t
 
 A01 = "the request message could not be decoded (a string field is not valid UTF-8, or a field is malformed)."
 A02 = "internal error: the service failed while handling this request; it was logged."
+A05 = "the run store did not answer within the store wait (CELLBLOCK_STORE_CALL_MS); nothing was changed by this request's unanswered step. Try again shortly."
 
 
 def a04(kind: str) -> str:
@@ -175,10 +176,7 @@ def r03(tool: str) -> str:
     )
 
 
-R04 = (
-    "the program's result can never settle: its promise is still pending, but no tool call, "
-    "timer or yield is outstanding."
-)
+R04 = "the program's result can never settle: its promise is still pending, but no tool call, timer or yield is outstanding."
 
 
 def r05(timeout_ms: int) -> str:
@@ -209,6 +207,8 @@ def r24(wait_ms: int) -> str:
     return f"cell runtime unavailable: the service is busy and no worker could start preparing the program within {wait_ms} ms; the program did not run. Try again shortly."
 
 
+R25 = "cell runtime unavailable: the run store did not answer within the store wait (CELLBLOCK_STORE_CALL_MS); the run was ended and what it held is released once the store answers. Try again shortly."
+R26 = "cell runtime unavailable: the run store did not answer within the store wait (CELLBLOCK_STORE_CALL_MS); the run was not resumed and stays suspended. Wait on it again shortly."
 R22 = "internal error: the service failed while running this leg; the run was ended and what it held was released."
 R20 = "execution aborted because this cellblock service is shutting down; the cell was stopped and this run cannot be resumed."
 

@@ -321,12 +321,14 @@ def failed(code: ErrorCode, message: str, phase: FailurePhase = FailurePhase.HOS
 
 
 def slot_refused(answer: SlotAnswer, cap: int) -> LegOutcome:
-    """The failure of a run the store refused a suspended-run slot: [R23] over its scope's share, else [R01].
+    """The failure of a run the store refused a suspended-run slot: [R23] over its scope's share, [R25] unanswered, else [R01].
 
     Args:
         answer: The store's refusal (anything but :attr:`SlotAnswer.HELD`).
         cap: The deployment's suspended-run cap.
     """
+    if answer is SlotAnswer.UNANSWERED:
+        return failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.R25)
     text = msg.r23(scope_share(cap), cap) if answer is SlotAnswer.SCOPE_FULL else msg.r01(cap)
     return failed(ErrorCode.RUNTIME_UNAVAILABLE, text)
 

@@ -20,13 +20,14 @@ from typing import Any
 import structlog
 
 from cellblock.server import messages as msg
-from cellblock.server.limits import SUSPENDED_RUN_CAP
+from cellblock.server.limits import DEFAULT_STORE_CALL_MS, SUSPENDED_RUN_CAP
 from cellblock.server.runs._codec import RunDecodeError, ViewRestorer, decode_run, encode_run, encode_run_parts, split_document
 from cellblock.server.runs._policy import reject
 from cellblock.server.runs._protocol import ClaimBusy, ClaimCancelled, Claimed, ClaimForeign, ClaimResult, ClaimUnknown, Provenance
 from cellblock.server.runs._start import join_bytes
 from cellblock.server.runs._state import PendingRequest, Run
-from cellblock.server.store import DEFAULT_LEASE_SECONDS, Claim, MemoryRunStore, Park, RunRecord, RunStore, SlotAnswer
+from cellblock.server.runs._store_call import StoreCalls
+from cellblock.server.store import DEFAULT_LEASE_SECONDS, Claim, MemoryRunStore, Park, RunRecord, RunStore, SlotAnswer, StoreTimeoutError
 from cellblock.server.telemetry import end_open_tool_calls, end_tool_call
 
 log = structlog.get_logger("cellblock.runs")
@@ -87,10 +88,16 @@ class RunRegistry:
         store: The opened run store (``memory:`` when omitted: tests only).
         restore_view: Rebuilds a stored run's catalog view (the API layer's ``RunCatalog``).
         lease_seconds: Lease length; renewed every third of it while a leg runs.
+        store_call_s: The store wait: every store call waits at most this long, else
+            :class:`~cellblock.server.store.StoreTimeoutError` (:class:`StoreCalls`).
     """
 
-    def __init__(self, store: RunStore | None = None, restore_view: ViewRestorer | None = None, lease_seconds: float = DEFAULT_LEASE_SECONDS) -> None:
+    def __init__(
+        self, store: RunStore | None = None, restore_view: ViewRestorer | None = None, lease_seconds: float = DEFAULT_LEASE_SECONDS, store_call_s: float = DEFAULT_STORE_CALL_MS / 1000.0
+    ) -> None:
         self.store: RunStore = store or MemoryRunStore(SUSPENDED_RUN_CAP)
+        #: Bounds every store call; finishes and undoes the ones that outlive it.
+        self.calls = StoreCalls(store_call_s)
         self.restore_view = restore_view
         self.lease_seconds = lease_seconds
         #: Set when the service shuts down: aborted legs hand their runs back instead of cancelling them.
@@ -103,8 +110,6 @@ class RunRegistry:
         self._hosted: dict[str, list[HostedOutcome]] = {}
         #: Slot reservations the store is still answering, by run id (a leg may end meanwhile).
         self._reserving: dict[str, asyncio.Future[SlotAnswer]] = {}
-        #: Claims whose wait was cancelled while the store answered, being given back.
-        self._unclaiming: set[asyncio.Future[None]] = set()
         #: ``(slots held, suspended runs)`` in the deployment at the last sweep (metrics).
         self.counts: tuple[int, int] = (0, 0)
 
@@ -121,7 +126,9 @@ class RunRegistry:
         """Gives ``run`` a slot if the deployment has one free and its scope is under its share.
 
         Returns:
-            :attr:`SlotAnswer.HELD` (true) when it holds one, else the store's refusal (false).
+            :attr:`SlotAnswer.HELD` (true) when it holds one, else the store's refusal (false), or
+            :attr:`SlotAnswer.UNANSWERED` when the store did not answer within the store wait (a later
+            answer's slot is given back).
         """
         if run.holds_slot:
             return SlotAnswer.HELD
@@ -130,7 +137,10 @@ class RunRegistry:
             pending = asyncio.ensure_future(self.store.reserve_slot(run.run_id, run.session_id, run.agent_run_id, run.created_at, self._token(run), self.lease_seconds))
             self._reserving[run.run_id] = pending
         # Shielded: when the leg ends while the store answers, remove() takes the answer.
-        reserved = await asyncio.shield(pending)
+        try:
+            reserved = await self._settled_slot(run, pending)
+        except StoreTimeoutError:
+            return SlotAnswer.UNANSWERED
         self._reserving.pop(run.run_id, None)
         if reserved:
             run.holds_slot = True
@@ -141,8 +151,22 @@ class RunRegistry:
         pending = self._reserving.pop(run.run_id, None)
         if pending is not None:
             with contextlib.suppress(Exception):
-                if await asyncio.shield(pending):
+                if await self._settled_slot(run, pending):
                     run.holds_slot = True
+
+    async def _settled_slot(self, run: Run, pending: asyncio.Future[SlotAnswer]) -> SlotAnswer:
+        """The reservation's answer within the store wait; one that comes later is given back (the leg failed [R25])."""
+        token = self._token(run)
+
+        async def give_back(_answer: SlotAnswer | None) -> None:
+            await self.store.remove(run.run_id, token)  # a slot it got, or maybe got (raised): freed
+
+        try:
+            # A cancelled awaiter leaves the answer to the others (remove() takes it).
+            return await self.calls.bounded(pending, give_back, "reserve_slot", undo_on_error=True, undo_on_cancel=False)
+        except StoreTimeoutError:
+            self._reserving.pop(run.run_id, None)
+            raise
 
     def add(self, run: Run) -> None:
         """Registers a run whose leg runs here (CancelRun and scope end find it)."""
@@ -159,9 +183,18 @@ class RunRegistry:
         """
         # A document of tens of MB (a large catalog view) is concatenated in a thread (runs.join_bytes).
         park = Park(run.run_id, run.session_id, run.agent_run_id, run.created_at, await join_bytes(encode_run_parts(run)), snapshot, run.engine_build_id, run.limits.snapshot_ttl_seconds)
-        expires = await self.store.park(park, self._token(run))
-        self.active.pop(run.run_id, None)
-        self._leases.pop(run.run_id, None)
+        token = self._token(run)
+
+        async def unpark(_stored: float | None) -> None:
+            # The leg answered [R25]: the run is ended whatever the late park did (parked, refused or failed).
+            await self.store.remove(run.run_id, token)
+            await self.store.remove(run.run_id, None)
+
+        try:
+            expires = await self.calls.bounded(self.store.park(park, token), unpark, "park", undo_on_error=True)
+        finally:
+            self.active.pop(run.run_id, None)
+            self._leases.pop(run.run_id, None)
         if expires is None:
             return False
         run.expires_at = expires
@@ -187,15 +220,8 @@ class RunRegistry:
             RunDecodeError: The stored run cannot be read (the claim is released).
         """
         token = secrets.token_hex(16)
-        pending = asyncio.ensure_future(self.store.claim(run_id, session_id, agent_run_id, token, self.lease_seconds))
-        try:
-            # Shielded: a wait cancelled while the store answers gives back what it got.
-            claim = await asyncio.shield(pending)
-        except asyncio.CancelledError:
-            undo = asyncio.ensure_future(self._give_back(pending, run_id, token))
-            self._unclaiming.add(undo)
-            undo.add_done_callback(self._unclaiming.discard)
-            raise
+        # A wait cancelled, or answered [R25], while the store answers gives back what it got.
+        claim = await self.calls.bounded(self.store.claim(run_id, session_id, agent_run_id, token, self.lease_seconds), lambda c: self._give_back(c, run_id, token), "claim")
         match claim.status:
             case "busy":
                 return ClaimBusy()
@@ -208,12 +234,12 @@ class RunRegistry:
         if claim.record is None:
             return ClaimUnknown()
         if self.restore_view is None:
-            await self.store.release(run_id, token)
+            await self.calls.bounded(self.store.release(run_id, token), what="release")
             raise RunDecodeError("this registry cannot restore catalog views")
         try:
             run = decode_run(claim.record, self.restore_view)
         except RunDecodeError:
-            await self.store.release(run_id, token)
+            await self.calls.bounded(self.store.release(run_id, token), what="release")
             raise
         self._leases[run_id] = token
         self.active[run_id] = run
@@ -226,22 +252,18 @@ class RunRegistry:
             apply(run)
         return Claimed(run, claim.record.snapshot)
 
-    async def _give_back(self, pending: asyncio.Future[Claim], run_id: str, token: str) -> None:
+    async def _give_back(self, claim: Claim, run_id: str, token: str) -> None:
         """Undoes a claim whose wait was cancelled before it learnt the answer, so the run is not busy until its lease lapses.
 
         A parked run is suspended again as it was; one taken over from a lapsed lease keeps
         its lapsed lease, so the next wait takes it over in turn (SPEC §16.1 item 6).
         """
-        try:
-            claim = await pending
-            if claim.status != "claimed":
-                return
-            if claim.taken_over:
-                await self.store.renew(run_id, token, 0.0)
-            else:
-                await self.store.release(run_id, token)
-        except Exception as exc:  # noqa: BLE001 - the lease then lapses on its own
-            log.warning("run.unclaim_failed", run_id=run_id, error_class=exc.__class__.__name__)
+        if claim.status != "claimed":
+            return
+        if claim.taken_over:
+            await self.store.renew(run_id, token, 0.0)
+        else:
+            await self.store.release(run_id, token)
 
     def _reject_lost_leg(self, run: Run) -> None:
         now = time.monotonic()
@@ -262,7 +284,8 @@ class RunRegistry:
         if run.tool_spans:
             self._spans[run.run_id] = (run.expires_at, run.tool_spans)
         if token is not None:
-            await self.store.release(run.run_id, token, encode_run(run))
+            # Late: the run is suspended again once the store answers, as the wait answered.
+            await self.calls.bounded(self.store.release(run.run_id, token, encode_run(run)), what="release")
 
     @contextlib.asynccontextmanager
     async def holding(self, run: Run, on_lost: Callable[[str], None]) -> AsyncIterator[None]:
@@ -281,7 +304,7 @@ class RunRegistry:
                 if token is None or not run.holds_slot:
                     continue
                 try:
-                    status = await self.store.renew(run.run_id, token, self.lease_seconds)
+                    status = await self.calls.bounded(self.store.renew(run.run_id, token, self.lease_seconds), what="renew")
                 except Exception as exc:  # noqa: BLE001 - a store hiccup: try again next tick
                     log.warning("lease.renew_failed", run_id=run.run_id, error=exc.__class__.__name__)
                     continue
@@ -303,11 +326,13 @@ class RunRegistry:
         token = self._leases.pop(run.run_id, None)
         self.active.pop(run.run_id, None)
         self._hosted.pop(run.run_id, None)
-        if run.holds_slot and token is not None:
-            await self.store.remove(run.run_id, token)
-        run.holds_slot = False
-        run.suspended = False
-        end_open_tool_calls(run)
+        held, run.holds_slot, run.suspended = run.holds_slot, False, False
+        try:
+            if held and token is not None:
+                # Late: the removal ends in the background (the caller answers [R25]).
+                await self.calls.bounded(self.store.remove(run.run_id, token), what="remove")
+        finally:
+            end_open_tool_calls(run)
 
     async def hand_back(self, run: Run) -> None:
         """Gives up a run whose leg the service's shutdown aborted, as a dying replica would (SPEC §16.1 item 6).
@@ -319,15 +344,17 @@ class RunRegistry:
         await self._settle_reservation(run)
         token = self._leases.pop(run.run_id, None)
         self.active.pop(run.run_id, None)
-        if run.holds_slot and token is not None:
-            await self.store.renew(run.run_id, token, 0.0)
-        run.holds_slot = False
-        end_open_tool_calls(run)
+        held, run.holds_slot = run.holds_slot, False
+        try:
+            if held and token is not None:
+                await self.calls.bounded(self.store.renew(run.run_id, token, 0.0), what="hand_back")
+        finally:
+            end_open_tool_calls(run)
 
     async def discard(self, run_id: str) -> bool:
         """Removes a suspended run no leg holds (scope end). True when one was removed."""
         self._end_kept_spans(run_id)
-        return await self.store.remove(run_id, None)
+        return await self.calls.bounded(self.store.remove(run_id, None), what="discard")
 
     async def cancel(self, run: Run) -> None:
         """Discards a run so waits report ``aborted`` until its original expiry (SPEC §3.6)."""
@@ -337,8 +364,8 @@ class RunRegistry:
 
     async def cancel_id(self, run_id: str, session_id: str, agent_run_id: str, expires_at: float, ttl_seconds: float) -> None:
         """Leaves a tombstone for ``run_id`` (a leg elsewhere learns it at its next renewal)."""
-        until = expires_at or (await self.store.now() + ttl_seconds)
-        await self.store.cancel(run_id, session_id, agent_run_id, until)
+        until = expires_at or (await self.calls.bounded(self.store.now(), what="now") + ttl_seconds)
+        await self.calls.bounded(self.store.cancel(run_id, session_id, agent_run_id, until), what="cancel")
         self._end_kept_spans(run_id)
 
     def _end_kept_spans(self, run_id: str) -> None:
@@ -350,7 +377,7 @@ class RunRegistry:
 
     async def sweep(self) -> list[RunRecord]:
         """Deletes expired runs deployment-wide (any replica sweeps, SPEC §16.1 item 7)."""
-        swept, self.counts = await self.store.sweep_and_count()
+        swept, self.counts = await self.calls.bounded(self.store.sweep_and_count(), what="sweep")
         for record in swept:
             self._end_kept_spans(record.run_id)
             self._hosted.pop(record.run_id, None)
@@ -372,19 +399,23 @@ class RunRegistry:
             on_settled(settled.bridge_id)
 
     # ------------------------------------------------------------------ reads
+    async def record(self, run_id: str) -> RunRecord | None:
+        """The run's stored record without its snapshot (tombstones included), or ``None``."""
+        return await self.calls.bounded(self.store.get(run_id), what="get")
+
     async def summary(self, run_id: str) -> RunSummary | None:
         """The run as RunService shows it: from the store, else from a leg of this process."""
-        record = await self.store.get(run_id)
+        record = await self.record(run_id)
         if record is not None and record.state != "cancelled":
             local = self.active.get(run_id)
-            return _summary_of_run(local) if local is not None else _summary_of_record(record, await self.store.now())
+            return _summary_of_run(local) if local is not None else _summary_of_record(record, await self.calls.bounded(self.store.now(), what="now"))
         local = self.active.get(run_id)
         return _summary_of_run(local) if local is not None and record is None else None
 
     async def of_scope(self, session_id: str, agent_run_id: str) -> list[RunSummary]:
         """The scope's runs on every replica, oldest first."""
-        now = await self.store.now()
-        found = {r.run_id: _summary_of_record(r, now) for r in await self.store.list_scope(session_id, agent_run_id)}
+        now = await self.calls.bounded(self.store.now(), what="now")
+        found = {r.run_id: _summary_of_record(r, now) for r in await self.calls.bounded(self.store.list_scope(session_id, agent_run_id), what="list_scope")}
         for run in self.active.values():
             if (run.session_id, run.agent_run_id) == (session_id, agent_run_id) and not run.cancelled:
                 found[run.run_id] = _summary_of_run(run)

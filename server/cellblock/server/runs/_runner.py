@@ -42,6 +42,7 @@ from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
 from cellblock.server.runs._state import Run, new_run_id, replay_id
 from cellblock.server.source import InputFailure, PreparedSource, prepare_source, validate_exec, validate_wait
+from cellblock.server.store import StoreTimeoutError
 from cellblock.server.telemetry import remember_exec_span
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerBusy, WorkerFailed, cpu_pool
 
@@ -319,6 +320,8 @@ class Runner:
         except RunDecodeError as exc:
             log.error("run.unreadable", run_id=run_id, error=str(exc)[:200])
             return self._host_failure(msg.r18("its stored state cannot be read"), ErrorCode.RUNTIME_UNAVAILABLE, telemetry())
+        except StoreTimeoutError:  # a claim that lands later is given back (RunRegistry.claim)
+            return self._host_failure(msg.R26, ErrorCode.RUNTIME_UNAVAILABLE, telemetry())
         match claimed:
             case ClaimUnknown():
                 return self._input_failure(msg.W03, False, telemetry())
@@ -368,15 +371,22 @@ class Runner:
         """Ends a run after a service fault: forgets it (freeing its slot, claim and lease) and reports [R22].
 
         The registry's cache forgets the run even when the store cannot be reached; the
-        store's slot is then freed when the run's lease runs out (SPEC §16.1 item 4).
+        store's slot is then freed when the run's lease runs out (SPEC §16.1 item 4). A store
+        call that outlived the store wait is [R25] (the removal then ends in the background),
+        or [R26] for a wait's release (the run is suspended again once the store answers).
         """
-        log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
-        try:
-            await self.registry.remove(run)
-        except Exception as store_exc:  # noqa: BLE001 - the cache is already clear; the lease expires
-            log.error("run.remove_failed", run_id=run.run_id, error_class=store_exc.__class__.__name__, error=str(store_exc)[:200])
-        code = ErrorCode.INTERNAL_ERROR
-        result = failed_result(error=msg.R22, code=code, failure_phase=FailurePhase.HOST, bridge_dispatch_started=run.dispatch_started, output=[], replay_safe=False, telemetry=telemetry())
+        if isinstance(exc, StoreTimeoutError):
+            log.error("leg.store_timeout", run_id=run.run_id, call=exc.call)
+            self.registry.calls.finish_later(self.registry.remove(run), what="remove")
+            code, text = ErrorCode.RUNTIME_UNAVAILABLE, msg.R26 if exc.call == "release" else msg.R25
+        else:
+            log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
+            try:
+                await self.registry.remove(run)
+            except Exception as store_exc:  # noqa: BLE001 - the cache is already clear; the lease expires
+                log.error("run.remove_failed", run_id=run.run_id, error_class=store_exc.__class__.__name__, error=str(store_exc)[:200])
+            code, text = ErrorCode.INTERNAL_ERROR, msg.R22
+        result = failed_result(error=text, code=code, failure_phase=FailurePhase.HOST, bridge_dispatch_started=run.dispatch_started, output=[], replay_safe=False, telemetry=telemetry())
         return LegReport(result, RunStatus.FAILED, code, "", run)
 
     async def _project(self, run: Run, outcome: LegOutcome, tele: dict[str, Any], accepted: list[dict[str, Any]]) -> LegReport:
@@ -385,13 +395,16 @@ class Runner:
         # before a park stores the budget (SPEC §9 rules 5-6).
         markers = budget.end_leg()
         if outcome.status is RunStatus.WAITING:
+            failure = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
             try:
                 parked = outcome.snapshot is not None and await self.registry.park(run, outcome.snapshot)
+            except StoreTimeoutError:  # a park that lands later is undone (RunRegistry.park)
+                parked, failure = False, failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.R25)
             except Exception as exc:  # noqa: BLE001 - the store failed: nothing is stored, the run fails
                 log.error("run.park_failed", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200])
                 parked = False
             if not parked:
-                outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
+                outcome = failure
         output = accepted + markers
         if outcome.status is RunStatus.COMPLETED:
             try:

@@ -16,6 +16,7 @@ from cellblock.server.store._base import (
     RunStore,
     SlotAnswer,
     SnapshotPlacement,
+    StoreTimeoutError,
     StoreUnavailableError,
     snapshot_digest,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "SlotAnswer",
     "SnapshotPlacement",
     "SqliteRunStore",
+    "StoreTimeoutError",
     "StoreUnavailableError",
     "default_state_dir",
     "default_store_url",

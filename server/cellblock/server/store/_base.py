@@ -47,6 +47,20 @@ class StoreUnavailableError(RuntimeError):
     """
 
 
+class StoreTimeoutError(RuntimeError):
+    """A run-store call did not answer within the store wait (SPEC §16.1 item 9, [R25]).
+
+    Args:
+        call: The store call's name (``park``, ``claim``, …).
+        limit_s: The store wait in seconds.
+    """
+
+    def __init__(self, call: str, limit_s: float) -> None:
+        super().__init__(f"the run store did not answer {call or 'a call'} within {limit_s:g} s")
+        self.call = call
+        self.limit_s = limit_s
+
+
 def snapshot_digest(data: bytes) -> str:
     """SHA-256 hex digest of snapshot bytes, kept with the record for integrity checks."""
     return hashlib.sha256(data).hexdigest()
@@ -173,6 +187,8 @@ class SlotAnswer(enum.Enum):
     """The run's scope holds its share of the cap (:func:`~cellblock.server.limits.scope_share`, [R23])."""
     CANCELLED = "cancelled"
     """The run was cancelled (a tombstone)."""
+    UNANSWERED = "unanswered"
+    """Not the store's answer: it did not answer within the store wait ([R25]; ``RunRegistry.reserve_slot``)."""
 
     def __bool__(self) -> bool:
         return self is SlotAnswer.HELD

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from cellblock.server.limits import DEFAULT_STORE_CALL_MS
 from cellblock.server.store._base import RunStore, StoreUnavailableError
 
 #: File name of the default SQLite store inside ``CELLBLOCK_STATE_DIR``.
@@ -43,7 +44,7 @@ def describe_store(url: str) -> str:
     return shown
 
 
-def make_run_store(url: str, cap: int) -> RunStore:
+def make_run_store(url: str, cap: int, call_s: float = DEFAULT_STORE_CALL_MS / 1000.0) -> RunStore:
     """Builds (does not open) the store a ``CELLBLOCK_STORE`` value names.
 
     Args:
@@ -51,6 +52,9 @@ def make_run_store(url: str, cap: int) -> RunStore:
             taken as absolute: ``sqlite:///var/x.db`` and ``sqlite:////var/x.db`` both name ``/var/x.db``)
             or ``postgresql://…`` / ``postgres://…`` (libpq URL).
         cap: The deployment's suspended-run cap.
+        call_s: The store wait in seconds. ``RunRegistry`` bounds each whole call by it; PostgreSQL's
+            own timeouts are set from it (:class:`PostgresRunStore`). SQLite keeps its busy timeout
+            (``BUSY_TIMEOUT_S``): a call that outlived the wait ends on the store's thread.
 
     Raises:
         StoreUnavailableError: The value names no known store.
@@ -69,5 +73,5 @@ def make_run_store(url: str, cap: int) -> RunStore:
     if scheme in ("postgresql", "postgres"):
         from cellblock.server.store._postgres import PostgresRunStore  # noqa: PLC0415
 
-        return PostgresRunStore(url, cap)
+        return PostgresRunStore(url, cap, call_s=call_s)
     raise StoreUnavailableError(f"CELLBLOCK_STORE={describe_store(url)!r} names no run store; use sqlite:///<path>, postgresql://… or memory:")

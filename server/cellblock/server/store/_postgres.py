@@ -54,14 +54,20 @@ class PostgresRunStore(SqlRunStore):
         dsn: A ``postgresql://`` URL (libpq form, e.g. ``postgresql:///cellblock?host=/run/postgresql``).
         cap: The suspended-run cap.
         pool_size: Most connections this replica opens.
+        call_s: The store wait. The server's ``lock_timeout`` and ``statement_timeout`` are twice
+            it (a statement that waits or runs longer fails and its transaction rolls back) and the
+            driver's command timeout three times it, so a call that outlived the wait (``RunRegistry``
+            answered without it) still ends, committed or rolled back. Migrations at start get
+            :data:`CONNECT_TIMEOUT_S` more.
     """
 
     kind = "postgresql"
     for_update = " FOR UPDATE"
 
-    def __init__(self, dsn: str, cap: int, pool_size: int = 8) -> None:
+    def __init__(self, dsn: str, cap: int, pool_size: int = 8, call_s: float = 60.0) -> None:
         super().__init__(cap)
         self.dsn = dsn
+        self.call_s = call_s
         self._pool_size = pool_size
         self._pool: Any = None
 
@@ -69,7 +75,11 @@ class PostgresRunStore(SqlRunStore):
         import asyncpg  # noqa: PLC0415 - only deployments that name PostgreSQL need the driver
 
         try:
-            self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=self._pool_size, timeout=CONNECT_TIMEOUT_S, command_timeout=60)
+            limit_ms = str(int(self.call_s * 2000))
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=self._pool_size, timeout=CONNECT_TIMEOUT_S, command_timeout=self.call_s * 3,
+                server_settings={"lock_timeout": limit_ms, "statement_timeout": limit_ms, "idle_in_transaction_session_timeout": limit_ms},
+            )
             await self.migrate("postgresql", self._migration_tx)
         except StoreUnavailableError:
             await self.close()
@@ -93,6 +103,9 @@ class PostgresRunStore(SqlRunStore):
     @asynccontextmanager
     async def _migration_tx(self) -> AsyncIterator[Tx]:
         async with self.transaction() as tx:
+            limit_ms = int((self.call_s * 2 + CONNECT_TIMEOUT_S) * 1000)
+            await tx.run(f"SET LOCAL lock_timeout = {limit_ms}")
+            await tx.run(f"SET LOCAL statement_timeout = {limit_ms}")
             # Replicas starting together apply each migration once.
             await tx.one("SELECT pg_advisory_xact_lock(?)", MIGRATION_LOCK_KEY)
             yield tx
