@@ -21,7 +21,8 @@ import pytest
 import pytest_asyncio
 
 from cellblock.client import CellblockClient, Scope, Tool, UnavailableError
-from cellblock.server.app import ServerSettings, Service, keepalive_options, start_service
+from cellblock.server.api import keepalive_options
+from cellblock.server.app import ServerSettings, Service, start_service
 from tests.support.cells import state_dir_in
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

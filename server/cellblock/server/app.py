@@ -22,7 +22,15 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from cellblock.server.api import Admission, CatalogService, CodeModeService, FailureInterceptor, RunService, ServiceState
+from cellblock.server.api import (
+    Admission,
+    CatalogService,
+    CodeModeService,
+    FailureInterceptor,
+    RunService,
+    ServiceState,
+    keepalive_options,
+)
 from cellblock.server.cells import (
     MAX_IDLE_LIMIT_S,
     REUSE_MODES,
@@ -280,33 +288,6 @@ class Service:
         for fd in self.locks:
             os.close(fd)
         self.locks.clear()
-
-
-#: Pings inside the permitted interval tolerated before the server sends GOAWAY.
-KEEPALIVE_MAX_PING_STRIKES = 2
-
-
-def keepalive_options(min_ping_interval_ms: int) -> list[tuple[str, int]]:
-    """The server's HTTP/2 keepalive policy (README "Keepalive").
-
-    gRPC servers by default refuse client pings more frequent than every
-    5 minutes while no data flows, and answer the third early one with
-    ``GOAWAY``: a client pinging every 10 s (a common default) loses its
-    stream in the middle of a long leg that waits on a tool.
-
-    Args:
-        min_ping_interval_ms: The shortest accepted interval between pings
-            while the server sends no data, in milliseconds (at least 1).
-
-    Returns:
-        grpc server options: pings permitted without calls, the interval,
-        and the strike limit.
-    """
-    return [
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", max(1, int(min_ping_interval_ms))),
-        ("grpc.http2.max_ping_strikes", KEEPALIVE_MAX_PING_STRIKES),
-    ]
 
 
 async def start_service(settings: ServerSettings, executor: Executor | None = None) -> Service:
