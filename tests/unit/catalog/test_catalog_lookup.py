@@ -269,8 +269,9 @@ def test_suggestions_stop_at_their_budget_with_what_was_scored() -> None:
     assert lookup.suggestions("zz_target_x", budget_ms=0.0) == []
     assert lookup.suggestions("tool_0000_x", budget_ms=0.0) == ["tool_0000", "tool_0001", "tool_0002"]
     assert lookup.suggestions("zz_target_x", budget_ms=60_000.0) == ["zz_target"]
-    # Scored texts are kept, so within the default budget the whole view is soon scored.
-    assert "Did you mean: zz_target" in reply(view, "zz_target_x").message
+    # Scored texts are kept, so within the default budget the whole view is soon scored (a few
+    # replies on a loaded machine, where 15 ms of wall time covers less of the view).
+    assert any("Did you mean: zz_target" in reply(view, "zz_target_x").message for _ in range(50))
 
 
 def test_suggestions_search_only_the_first_1024_description_characters() -> None:
