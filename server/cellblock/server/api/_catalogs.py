@@ -193,8 +193,8 @@ class RunCatalog:
 
     @cached_property
     def _guest_catalog(self) -> dict[str, Any]:
-        ns = self.namespace
-        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": ns.guest_data(), "apiFiles": ns.api_files()}
+        mcp, files = self.namespace.guest_data()
+        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": mcp, "apiFiles": files}
 
     def namespace_entry(self, root: object, path: object) -> CatalogEntry | None:
         """The entry a ``namespace`` request targets (SPEC §8.5 item 7).

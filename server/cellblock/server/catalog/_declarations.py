@@ -8,7 +8,7 @@ Schema → declaration type, tool parameters → a typed parameter list, and the
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,9 @@ __all__ = [
     "declaration_type",
     "render_index",
     "render_server",
+    "server_pieces",
     "server_note",
+    "tool_block",
     "tool_parameters",
 ]
 
@@ -292,6 +294,42 @@ def _tool_block(tool: McpTool, name: str, indent: str) -> list[str]:
     return lines
 
 
+def tool_block(tool: McpTool) -> str:
+    """A tool's block of its server file (SPEC §8.6): single-segment tools at two spaces, grouped ones at four."""
+    if "." in tool.method:
+        return "\n".join(_tool_block(tool, tool.method.split(".", 1)[1], "    "))
+    return "\n".join(_tool_block(tool, tool.method, "  "))
+
+
+def server_pieces(identifier: str, tools: Iterable[McpTool], block: Callable[[McpTool], str] = tool_block) -> list[str]:
+    """:func:`render_server` as the pieces it concatenates: the file's head, separators and one :func:`tool_block` per tool.
+
+    The guest catalog sends each distinct piece once (a tool's block serves its server file and
+    every ``$api()`` header that selects it), so the pieces are exactly the file's text in order.
+
+    Args:
+        identifier: The server identifier.
+        tools: The tools to declare.
+        block: :func:`tool_block`, or a cache of it.
+    """
+    chosen = list(tools)
+    single = sorted((t for t in chosen if "." not in t.method), key=lambda t: t.method)
+    groups: dict[str, list[McpTool]] = {}
+    for t in chosen:
+        if "." in t.method:
+            groups.setdefault(t.method.split(".", 1)[0], []).append(t)
+    pieces = [_SERVER_PRELUDE + f"declare namespace MCP.{identifier} {{\n" + _SERVER_API.rstrip("\n")]
+    for t in single:
+        pieces += ["\n\n", block(t)]
+    for group in sorted(groups):
+        pieces.append(f"\n\n  namespace {group} {{")
+        for i, t in enumerate(sorted(groups[group], key=lambda t: t.method)):
+            pieces += ["\n\n" if i else "\n", block(t)]
+        pieces.append("\n  }")
+    pieces.append("\n}\n")
+    return pieces
+
+
 def render_server(identifier: str, tools: Iterable[McpTool]) -> str:
     """Renders ``mcp/<server>.d.ts`` for ``tools`` (SPEC §8.6).
 
@@ -302,26 +340,7 @@ def render_server(identifier: str, tools: Iterable[McpTool]) -> str:
     Returns:
         The declaration text, ending in a newline.
     """
-    chosen = list(tools)
-    single = sorted((t for t in chosen if "." not in t.method), key=lambda t: t.method)
-    groups: dict[str, list[McpTool]] = {}
-    for t in chosen:
-        if "." in t.method:
-            groups.setdefault(t.method.split(".", 1)[0], []).append(t)
-    lines = [f"declare namespace MCP.{identifier} {{", *_SERVER_API.rstrip("\n").split("\n")]
-    for t in single:
-        lines.append("")
-        lines.extend(_tool_block(t, t.method, "  "))
-    for group in sorted(groups):
-        lines.append("")
-        lines.append(f"  namespace {group} {{")
-        for i, t in enumerate(sorted(groups[group], key=lambda t: t.method)):
-            if i:
-                lines.append("")
-            lines.extend(_tool_block(t, t.method.split(".", 1)[1], "    "))
-        lines.append("  }")
-    lines.append("}")
-    return _SERVER_PRELUDE + "\n".join(lines) + "\n"
+    return "".join(server_pieces(identifier, tools))
 
 
 def render_index(identifiers: Sequence[str]) -> str:
