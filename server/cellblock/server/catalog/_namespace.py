@@ -21,10 +21,21 @@ from typing import Any
 
 import structlog
 
-from ._declarations import INDEX_DESCRIPTION, OPERATION_PATHS, ROOT_NOTE, McpServer, McpTool, render_index, render_server, server_note, server_pieces, tool_block
-from ._text import compact_json
+from ._declarations import (
+    INDEX_DESCRIPTION,
+    OPERATION_PATHS,
+    ROOT_NOTE,
+    McpServer,
+    McpTool,
+    render_index,
+    render_server,
+    server_note,
+    server_pieces,
+    tool_block,
+)
 from ._entries import CatalogEntry
 from ._identifiers import TOOL_RESERVED, assign_identifiers, server_identifiers
+from ._text import compact_json
 
 __all__ = ["McpNamespace", "build_namespace"]
 
@@ -85,7 +96,7 @@ class McpNamespace:
             return None, []
         texts = _Texts()
         servers = []
-        files = [{"path": "mcp/index.d.ts", "description": INDEX_DESCRIPTION, "content": texts.template([self.index_content()])}]
+        files: list[dict[str, Any]] = [{"path": "mcp/index.d.ts", "description": INDEX_DESCRIPTION, "content": texts.template([self.index_content()])}]
         for server in self.servers:
             blocks: dict[int, str] = {}
 
