@@ -147,11 +147,8 @@ class RunCatalog:
         ``counters`` is the live session when this replica has the run's catalog session,
         else the stored one is restored.
         """
-        guest = state["guestCatalog"]
-        mcp = guest.get("mcp") if isinstance(guest, dict) else None
-        # A document of an earlier host has the old shape (declarations written out, no ``texts``): rebuilt from the view.
-        stale = not isinstance(guest, dict) or (isinstance(mcp, dict) and "texts" not in mcp)
-        return cls(view_from_state(state["view"], counters), config, guest_catalog=None if stale else guest)
+        guest = state["guestCatalog"]  # an earlier host's shape (declarations written out, no ``mcp.texts``) is rebuilt from the view
+        return cls(view_from_state(state["view"], counters), config, guest_catalog=None if isinstance(guest.get("mcp"), dict) and "texts" not in guest["mcp"] else guest)
 
     @property
     def counter_scope(self) -> str:
