@@ -195,3 +195,23 @@ async def test_long_ids_are_refused_and_repeated_warnings_are_counted(dirs: tupl
     assert completed, storm[-3:]
     assert by_event.get("bridge.rejected", 0) >= 20, by_event
     assert completed[-1].get("repeats_suppressed", 0) >= rejected - 25, (rejected, completed[-1])
+
+
+async def test_a_second_service_on_the_same_directories_exits_with_one_line(dirs: tuple[str, Path]) -> None:
+    # `make serve` twice: the second instance finds the first's lock and must say so in one line, no traceback.
+    sockets, base = dirs
+    first = ServiceProcess(sockets, base / "first.log", warm_pool=0)
+    try:
+        await first.ready()
+        second = ServiceProcess(sockets, base / "second.log", warm_pool=0)
+        code = await asyncio.to_thread(second.proc.wait, 60)
+        second.stop()
+        text = (base / "second.log").read_text(errors="replace")
+        lines = [line for line in text.splitlines() if not line.startswith("{")]
+        assert code == 1, text
+        assert lines == [f"cellblock: another cellblock instance is using {sockets}; give each instance its own CELLBLOCK_SOCKET_DIR and CELLBLOCK_STATE_DIR"], text
+        assert "Traceback" not in text
+        async with grpc.aio.insecure_channel(first.address) as channel:  # the first one still serves
+            await asyncio.wait_for(channel.channel_ready(), timeout=5)
+    finally:
+        assert first.stop() == 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
@@ -166,6 +167,44 @@ def _exec_catalog(case: str, props: int) -> tuple[list[Tool], int | None]:
     return tools, 512 * 1024 * 1024
 
 
+#: Tools of the scope the unknown ids are looked up in, and the ids' lengths (1 MB, 100 KB, and one just
+#: under the longest id a catalog can hold, which is scored for suggestions).
+UNKNOWN_ID_TOOLS = 3_000
+UNKNOWN_ID_TEXTS = ('"q".repeat(1000000)', '"read ".repeat(20000)', '"t1_x" + "z".repeat(510)')
+#: What the guest sees: [B07] three times, then [B28] for a query of 6,000 characters.
+UNKNOWN_IDS_ANSWER = ["B07", "B07", "B07 t1", "B28"]
+
+
+async def _unknown_ids_case(client: CellblockClient, scope: Scope, case: str, _props: int) -> dict[str, Any]:
+    """Looks up unknown id texts of 1 MB, 100 KB and 514 characters in the scope's 3,000 tools, then searches 6,000 characters.
+
+    ``unknown_ids_put`` registers the tools (before the measurement: a 3,000-tool registration is a case of its own).
+    """
+    if case == "unknown_ids_put":
+        await client.put_catalog(scope, many_tools(UNKNOWN_ID_TOOLS, 100))
+        return {"ok": True}
+    code = f"""
+        const out = [];
+        for (const text of [{", ".join(UNKNOWN_ID_TEXTS)}]) {{
+          try {{ await tools.callValue(text, {{}}); out.push("called"); }}
+          catch (e) {{ out.push(e.message.length < 2000 && e.message.startsWith("Unknown tool: ") ? (e.message.includes("Did you mean: t1") ? "B07 t1" : "B07") : e.message.slice(0, 300)); }}
+        }}
+        try {{ await tools.search("alpha ".repeat(1000)); out.push("searched"); }}
+        catch (e) {{ out.push(e.message.startsWith("tools.search query is longer than 4096 characters") ? "B28" : e.message.slice(0, 300)); }}
+        return out;
+    """
+    result = await _exec(client, scope, tool_call_id="u", code=code, handlers={}, limits=LimitOverrides(timeout_ms=20000))
+    return {"ok": result.status == "completed" and result.value == UNKNOWN_IDS_ANSWER, "status": result.status, "value": str(result.value)[:300], "error": result.error[:300] if result.error else ""}
+
+
+#: Cases answered by a function of their own: ``(client, scope, case, props) -> summary``.
+_OWN_CASES: dict[str, Callable[[CellblockClient, Scope, str, int], Awaitable[dict[str, Any]]]] = {
+    **dict.fromkeys(_PUT_CASES, _put_case),
+    "unknown_ids_put": _unknown_ids_case,
+    "unknown_ids": _unknown_ids_case,
+}
+
+
 async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     """Runs one case against the service at ``address``; returns a summary of its answer."""
     scope = Scope(session_id=session, agent_run_id="loop")
@@ -176,8 +215,9 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
     async with await CellblockClient.connect(address) as client:
         if case in _DENSE_CASES:
             return await _dense_case(client, scope, case, props, big)
-        if case in _PUT_CASES:
-            return await _put_case(client, scope, case, props)
+        own = _OWN_CASES.get(case)
+        if own is not None:
+            return await own(client, scope, case, props)
         if case == "describe":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="wide", parameters=wide_schema(props))])
             result = await _exec(client, scope, tool_call_id="d", code='const d = await tools.describe("host:core:wide"); return JSON.stringify(d).length;', handlers={})

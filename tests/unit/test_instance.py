@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from cellblock.server.cells import instance_id, lock_directories, remove_socket_dirs
+from cellblock.server.cells import InstanceLockedError, instance_id, lock_directories, remove_socket_dirs
 
 
 def test_an_instance_keeps_its_id_and_its_directories_to_itself(tmp_path: Path) -> None:
@@ -13,7 +13,7 @@ def test_an_instance_keeps_its_id_and_its_directories_to_itself(tmp_path: Path) 
     assert instance_id(str(tmp_path / "state")) == first and len(first) == 16
     assert instance_id(str(tmp_path / "other")) != first
     fds = lock_directories(str(tmp_path / "state"))
-    with pytest.raises(RuntimeError, match="another cellblock instance is using"):
+    with pytest.raises(InstanceLockedError, match="another cellblock instance is using"):
         lock_directories(str(tmp_path / "state"))
     for fd in fds:
         os.close(fd)

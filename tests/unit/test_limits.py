@@ -52,6 +52,9 @@ def test_the_spec_table_and_the_module_agree() -> None:
     assert numbers("Unknown-id suggestions / user stack frames / servers named in the description") == [
         limits.UNKNOWN_ID_SUGGESTIONS, limits.USER_STACK_FRAMES, limits.DESCRIPTION_MAX_SERVERS]
     assert numbers("Value/error reserve of the output budget / output marker reserve")[-1] == limits.OUTPUT_MARKER_RESERVE_BYTES
+    assert rows["Unknown-id suggestions (§7.6 item 4): id text length / scoring time / description characters scored"] == (
+        f"{limits.MAX_CATALOG_ID_CHARS} characters (longer: [B07], no suggestions) / {limits.SUGGESTION_BUDGET_MS} ms / {limits.SUGGESTION_DESCRIPTION_CHARS}")
+    assert numbers("`tools.search` query length (§7.5 item 1)") == [limits.MAX_SEARCH_QUERY_CHARS, 28]  # "→ [B28]"
     assert numbers("BM25 parameters") == [1, limits.BM25_K1, limits.BM25_B]  # "k1 = 1.2": the 1 of "k1"
 
 

@@ -1,4 +1,4 @@
-"""Every SPEC §14 text has one home: messages.py, or controller.js for the texts only the guest writes."""
+"""Every SPEC §14 text has one home: the messages package, or controller.js for the texts only the guest writes."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_each_host_text_is_in_messages_and_each_guest_text_in_the_controller() -
                 if len(piece) >= 8:
                     assert piece in controller, f"{text_id}: {piece!r} not in controller.js"
         else:
-            assert in_messages, f"{text_id} has no home in messages.py"
+            assert in_messages, f"{text_id} has no home in cellblock.server.messages"
 
 
 def test_fixed_host_texts_match_the_spec_byte_for_byte() -> None:

@@ -529,7 +529,7 @@ class ExecRequest(_message.Message):
     CANCEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def start(self) -> Global___ExecStart:
-        """The first message, exactly once."""
+        """The first message, exactly once: a second one ends the RPC with INVALID_ARGUMENT (SPEC §3.1 item 4, [A04])."""
 
     @_builtins.property
     def tool_result(self) -> Global___ToolResult:
@@ -567,7 +567,7 @@ class WaitRequest(_message.Message):
     CANCEL_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def start(self) -> Global___WaitStart:
-        """The first message, exactly once."""
+        """The first message, exactly once: a second one ends the RPC with INVALID_ARGUMENT (SPEC §3.1 item 4, [A04])."""
 
     @_builtins.property
     def tool_result(self) -> Global___ToolResult:

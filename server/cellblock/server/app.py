@@ -29,6 +29,7 @@ from cellblock.server.cells import (
     DockerExecutor,
     DockerExecutorConfig,
     Executor,
+    InstanceLockedError,
     KubernetesExecutor,
     KubernetesExecutorConfig,
     ProcessExecutor,
@@ -425,6 +426,9 @@ async def serve(settings: ServerSettings | None = None) -> None:
         log.error("store.unavailable", store=describe_store(settings.store_url), reason=str(exc))
         telemetry.shutdown()
         raise SystemExit(f"cellblock: the run store is unavailable: {exc}") from None
+    except InstanceLockedError as exc:  # two services on one state directory (`make serve` twice)
+        telemetry.shutdown()
+        raise SystemExit(f"cellblock: {exc}") from None
     try:
         await service.executor.check()
     except Exception as exc:  # noqa: BLE001 - reported, legs fail closed

@@ -182,6 +182,29 @@ MAX_TOOL_IDENTIFIER_CHARS = 256
 [C03] (SPEC §3.2 item 3). Catalog ids (``source:owner:name``) are copied into every log line of a
 tool call, so they must stay bounded."""
 
+_LONGEST_SOURCE_CHARS = len("client")
+"""The longest tool ``source`` (``host``, ``mcp``, ``client``; ``catalog.SOURCES``, compared by a unit test)."""
+
+MAX_CATALOG_ID_CHARS = _LONGEST_SOURCE_CHARS + 1 + MAX_TOOL_IDENTIFIER_CHARS + 1 + MAX_TOOL_IDENTIFIER_CHARS
+"""Longest id a catalog can hold (``source:owner:name``, 520 characters); a longer id text names no entry
+(neither an id nor a name), so it is [B07] at once, with no suggestions (SPEC §7.6 item 4)."""
+
+SUGGESTION_BUDGET_MS = 15
+"""Wall time the [B07] suggestions of one unknown id text may take on the event loop, milliseconds; when it is
+spent the suggestions are those of the entries scored so far (SPEC §7.6 item 4)."""
+
+SUGGESTION_CHECK_EVERY = 32
+"""Entries scored between two reads of the clock while suggestions are computed."""
+
+SUGGESTION_DESCRIPTION_CHARS = 1024
+"""Characters of an entry's description that suggestion scoring searches (SPEC §7.6 item 2)."""
+
+LISTED_NAMES_MAX = 20
+"""Most argument names one [B10] list names (then ``, ...``), each cut to :data:`ECHO_MAX_CHARS` (SPEC §14.4)."""
+
+MAX_SEARCH_QUERY_CHARS = 4096
+"""Longest ``tools.search`` query, in characters; longer is [B28] (SPEC §7.5 item 1)."""
+
 # --- Many tenants, one service (issue 11; SPEC §2.3, §3.1 items 4-6) -----------------------------
 
 SOURCE_BUDGET_MS = 5000

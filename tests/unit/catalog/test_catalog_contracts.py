@@ -218,3 +218,13 @@ def test_a_refused_pattern_says_which_pattern_and_why(pattern: str, reason: str)
         with pytest.raises(CatalogRegistrationError) as raised:
             Catalog().register([{"source": "host", "name": "t", "parameters": schema}])
         assert raised.value.problem == f"parameters is not a valid JSON Schema: pattern {pattern!r} is outside the linear-time engine (RE2): {reason}; contracts match patterns in linear time only"
+
+
+def test_b10_names_at_most_20_arguments_each_cut_to_200_and_cuts_the_pointer() -> None:
+    extras = {f"{'k' * 300}{i:03d}": i for i in range(500)}
+    problems = input_problem({"path": "a", "count": 1, **extras})
+    assert problems == "unexpected argument(s): " + ", ".join(["k" * 200] * 20) + ", ..."
+    nested = entry({"type": "object", "properties": {"a": {"type": "object", "additionalProperties": {"type": "object", "additionalProperties": {"type": "string"}}}}})
+    deep_key = "d" * 5000
+    problems = input_problem({"a": {deep_key: {deep_key: 1}}}, nested)
+    assert problems == f"/a/{deep_key[:197]}: must be string"

@@ -18,6 +18,8 @@ EXPECTED = {
     "surface_definitions", "SurfaceDefinition",
     # A worker process checks a long tool input or result against its entry's schema (issue 11 item 1).
     "compile_schema",
+    # PutCatalog builds a registration's entries on the loop in slices (issue 11 item 1).
+    "ParsedTools", "parse_tools",
 }  # fmt: skip
 
 

@@ -240,3 +240,57 @@ def test_describe_json_uses_the_given_schema_texts_rather_than_serializing_again
     entry = view_of(*DESCRIBED).describe_entry("h")
     text = entry.describe_json(('{"from":"worker"}', '{"out":"worker"}'))
     assert text.endswith(',"parameters":{"from":"worker"},"outputSchema":{"out":"worker"}}'), text
+
+
+def test_an_id_text_longer_than_any_catalog_id_is_b07_without_suggestions_and_cut() -> None:
+    from cellblock.server.catalog._entries import SOURCES
+    from cellblock.server.limits import MAX_CATALOG_ID_CHARS, MAX_TOOL_IDENTIFIER_CHARS
+
+    assert MAX_CATALOG_ID_CHARS == max(len(s) for s in SOURCES) + 2 + 2 * MAX_TOOL_IDENTIFIER_CHARS == 520
+    longest_owner, longest_name = "o" * MAX_TOOL_IDENTIFIER_CHARS, "read" + "n" * (MAX_TOOL_IDENTIFIER_CHARS - 4)
+    view = view_of(*FILE_TOOLS, {"source": "client", "owner": longest_owner, "name": longest_name})
+    longest_id = f"client:{longest_owner}:{longest_name}"
+    assert len(longest_id) == MAX_CATALOG_ID_CHARS
+    assert view.resolve(longest_id).id == longest_id
+    # One character more names nothing; the same text would otherwise suggest "read".
+    for text in ("read " + longest_id, "read " * 200_000):
+        message = reply(view, text).message
+        assert message == f"Unknown tool: {text[:200]}." + TAIL
+        assert len(message) < 400
+    assert "Did you mean: read" in reply(view, "read " + "x" * 500).message
+
+
+def test_suggestions_stop_at_their_budget_with_what_was_scored() -> None:
+    # 3000 entries in id order; the last one would score highest.
+    tools = [{"source": "host", "name": f"tool_{i:04d}", "description": "d" * 5000} for i in range(2999)]
+    view = view_of(*tools, {"source": "host", "name": "zz_target"})
+    lookup = view._lookup  # the budget is a parameter of the lookup, not of the view
+    # A spent budget still scores the first entries (one clock read per 32), never the whole view.
+    assert lookup.suggestions("zz_target_x", budget_ms=0.0) == []
+    assert lookup.suggestions("tool_0000_x", budget_ms=0.0) == ["tool_0000", "tool_0001", "tool_0002"]
+    assert lookup.suggestions("zz_target_x", budget_ms=60_000.0) == ["zz_target"]
+    # Scored texts are kept, so within the default budget the whole view is soon scored.
+    assert "Did you mean: zz_target" in reply(view, "zz_target_x").message
+
+
+def test_suggestions_search_only_the_first_1024_description_characters() -> None:
+    view = view_of(
+        {"source": "host", "name": "early", "description": "x" * 1000 + "needle!"},
+        {"source": "host", "name": "late", "description": "x" * 1024 + "needle!"},
+    )
+    assert reply(view, "needle!").message == "Unknown tool: needle!. Did you mean: early?" + TAIL
+
+
+def test_a_long_unknown_id_against_a_large_view_returns_quickly() -> None:
+    import time
+
+    tools = [
+        {"source": "host", "owner": f"o{i % 7}", "name": f"t_{i}", "label": "l" * 200, "description": "ab " * 40_000}
+        for i in range(3000)
+    ]
+    view = view_of(*tools)
+    view.resolve("t_1")  # the lookup is built once per view
+    for text in ("ab " * 173, "a" * 520, "ab " * 350_000):
+        started = time.perf_counter()
+        reply(view, text)
+        assert time.perf_counter() - started < 0.06, len(text)

@@ -231,3 +231,17 @@ def test_each_search_counts() -> None:
     with pytest.raises(BridgeReplyError):
         view.search(1, None, config=CONFIG)
     assert catalog.counters.snapshot().search_count == 2
+
+
+def test_a_query_over_4096_characters_is_b28_with_input_provenance_and_4096_is_searched() -> None:
+    view = many(3)
+    assert ids(view.search("shared " + "x" * 4089, None, config=CONFIG)) == ["host:core:t00", "host:core:t01", "host:core:t02"]
+    with pytest.raises(BridgeReplyError) as caught:
+        view.search("shared " + "x" * 4090, None, config=CONFIG)
+    assert (caught.value.message, caught.value.provenance) == (
+        "tools.search query is longer than 4096 characters; search with a few words.",
+        "input",
+    )
+    # The type check comes first; a 1 MB query is refused before it is tokenized.
+    with pytest.raises(BridgeReplyError):
+        view.search("q " * 500_000, None, config=CONFIG)

@@ -1028,7 +1028,7 @@ type isExecRequest_Message interface {
 }
 
 type ExecRequest_Start struct {
-	// The first message, exactly once.
+	// The first message, exactly once: a second one ends the RPC with INVALID_ARGUMENT (SPEC §3.1 item 4, [A04]).
 	Start *ExecStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
 }
 
@@ -1129,7 +1129,7 @@ type isWaitRequest_Message interface {
 }
 
 type WaitRequest_Start struct {
-	// The first message, exactly once.
+	// The first message, exactly once: a second one ends the RPC with INVALID_ARGUMENT (SPEC §3.1 item 4, [A04]).
 	Start *WaitStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
 }
 

@@ -13,6 +13,7 @@ import structlog
 from google.protobuf.message import Message
 from structlog.typing import FilteringBoundLogger
 
+from cellblock.server import messages as msg
 from cellblock.server.api._catalog_wire import serialized
 from cellblock.server.api._catalogs import RunCatalog
 from cellblock.server.api._scope import require_scope, require_short_ids
@@ -62,7 +63,7 @@ _ERROR_KINDS = {
 }
 
 
-def _overrides(msg: pb.LimitOverrides) -> dict[str, int]:
+def _overrides(limits: pb.LimitOverrides) -> dict[str, int]:
     names = {
         "timeout_ms": "timeoutMs",
         "memory_limit_bytes": "memoryLimitBytes",
@@ -71,7 +72,7 @@ def _overrides(msg: pb.LimitOverrides) -> dict[str, int]:
         "max_pending_tool_calls": "maxPendingToolCalls",
         "snapshot_ttl_seconds": "snapshotTtlSeconds",
     }
-    return {camel: getattr(msg, field) for field, camel in names.items() if msg.HasField(field)}  # type: ignore[arg-type]
+    return {camel: getattr(limits, field) for field, camel in names.items() if limits.HasField(field)}  # type: ignore[arg-type]
 
 
 async def _result_message(report: LegReport) -> pb.Result:
@@ -125,8 +126,11 @@ async def _long_result(cpu: CpuPool, scope: tuple[str, str], nested_call_id: str
     return ToolOutcome(nested_call_id, ok_json=ok_json, prepared=prepared)
 
 
-async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str]) -> None:
+async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: CpuPool, scope: tuple[str, str], stream: tuple[str, grpc.aio.ServicerContext]) -> None:
     """Puts the runtime's tool results and cancel on the leg's queue until the stream ends.
+
+    A second start message (``stream``: the leg's kind and RPC context) ends the RPC with
+    ``INVALID_ARGUMENT`` [A04] and the leg like an undecodable message ([A01], SPEC §3.1 item 4).
 
     A long result is read in a worker first (:func:`_long_result`) by a second task, and the
     results after it wait for it, so results keep their order; a ``Cancel`` never waits for
@@ -159,6 +163,8 @@ async def _read_runtime(iterator: AsyncIterator[Any], ports: StreamPorts, cpu: C
                         short(_short_outcome(tr))
                 elif which == "cancel":
                     ports.cancel()
+                elif which == "start":
+                    await stream[1].abort(grpc.StatusCode.INVALID_ARGUMENT, msg.a04(stream[0]))
         except grpc.aio.AioRpcError:
             pass
         except grpc.aio.AbortError:
@@ -325,7 +331,7 @@ class CodeModeService:
             finally:
                 outbox.put_nowait(None)
 
-        reader = asyncio.ensure_future(_read_runtime(iterator, ports, self._runner.cpu, scope))
+        reader = asyncio.ensure_future(_read_runtime(iterator, ports, self._runner.cpu, scope, (kind, context)))
         leg = asyncio.ensure_future(run_leg())
         self._state.active_legs[id(leg)] = (scope, ports, leg)
         try:

@@ -27,6 +27,7 @@ from ._errors import BridgeReplyError, CatalogRegistrationError
 from ._namespace import McpNamespace, build_namespace
 from ._offload import SCHEMA_FIELDS, GuestData, Problem, SchemaTexts, checked_registration, guest_data, registration_problem
 from ._persist import entry_state, view_from_state, view_state
+from ._registration import ParsedTools, parse_tools
 from ._search import search_model
 from ._surface import SurfaceDefinition, exec_description, surface_definitions, tool_surface
 from ._text import compact_json, js_trim, nests_deeper, strict_json
@@ -42,6 +43,7 @@ __all__ = [
     "CounterSnapshot",
     "GuestData",
     "McpNamespace",
+    "ParsedTools",
     "Problem",
     "build_namespace",
     "check_input_contract",
@@ -54,6 +56,7 @@ __all__ = [
     "guest_data",
     "js_trim",
     "nests_deeper",
+    "parse_tools",
     "strict_json",
     "registration_problem",
     "search_model",

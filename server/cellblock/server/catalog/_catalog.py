@@ -16,13 +16,7 @@ from ._entries import SOURCES, CatalogEntry
 from ._identifiers import server_identifiers
 from ._lookup import GuestLookup, Helper
 from ._quick_index import quick_index
-from ._registration import (
-    CONTROL_TOOL_NAMES,
-    RegisteredTool,
-    parse_mode,
-    parse_name_list,
-    parse_tools,
-)
+from ._registration import CONTROL_TOOL_NAMES, ParsedTools, RegisteredTool, parse_mode, parse_name_list, parse_tools
 from ._search import SearchIndex
 from ._text import deep_copy
 
@@ -223,7 +217,7 @@ class CatalogView:
             Compact entries, best first.
 
         Raises:
-            BridgeReplyError: [B01], [B02] or [B03], with input provenance.
+            BridgeReplyError: [B01], [B28], [B02] or [B03], with input provenance.
         """
         self._counters.count_search()
         return self._search_index.search(
@@ -370,7 +364,8 @@ class Catalog:
         registrations. ``directOnly`` tools stay visible whatever ``allow`` and ``deny`` say.
 
         Args:
-            tools: The tools, as described in :func:`parse_tools`.
+            tools: The tools, as described in :func:`parse_tools`, or :class:`ParsedTools`
+                (already validated: the service parses in slices, yielding the loop between them).
             mode: ``"replace"`` (default; new catalog session: new ``counterScope``, counters
                 at 0) or ``"merge"`` (entries added by id, a later one replacing one with the
                 same id; counters and ``counterScope`` kept).
@@ -395,7 +390,7 @@ class Catalog:
         direct_names = parse_name_list(direct_tool_names, "directToolNames") or ()
         allowed = parse_name_list(allow, "allow")
         denied = parse_name_list(deny, "deny") or ()
-        parsed = parse_tools(tools, check_schemas=check_schemas, copy=copy)
+        parsed = tools if isinstance(tools, ParsedTools) else parse_tools(tools, check_schemas=check_schemas, copy=copy)
 
         fresh: dict[str, _Record] = {}
         for tool in parsed:

@@ -8,7 +8,7 @@ Schema → declaration type, tool parameters → a typed parameter list, and the
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ __all__ = [
     "INDEX_DESCRIPTION",
     "OPERATION_PATHS",
     "ROOT_NOTE",
+    "Blocks",
     "McpServer",
     "McpTool",
     "Parameter",
@@ -301,7 +302,11 @@ def tool_block(tool: McpTool) -> str:
     return "\n".join(_tool_block(tool, tool.method, "  "))
 
 
-def server_pieces(identifier: str, tools: Iterable[McpTool], block: Callable[[McpTool], str] = tool_block) -> list[str]:
+Blocks = dict[str, str]
+"""Rendered tool blocks (:func:`tool_block`) by entry id, shared by the renders of one namespace build."""
+
+
+def server_pieces(identifier: str, tools: Iterable[McpTool], blocks: Blocks | None = None) -> list[str]:
     """:func:`render_server` as the pieces it concatenates: the file's head, separators and one :func:`tool_block` per tool.
 
     The guest catalog sends each distinct piece once (a tool's block serves its server file and
@@ -310,8 +315,16 @@ def server_pieces(identifier: str, tools: Iterable[McpTool], block: Callable[[Mc
     Args:
         identifier: The server identifier.
         tools: The tools to declare.
-        block: :func:`tool_block`, or a cache of it.
+        blocks: Tool blocks rendered so far in this build (read and filled here), or ``None``.
     """
+    cache: Blocks = {} if blocks is None else blocks
+
+    def block(t: McpTool) -> str:
+        found = cache.get(t.entry_id)
+        if found is None:
+            found = cache[t.entry_id] = tool_block(t)
+        return found
+
     chosen = list(tools)
     single = sorted((t for t in chosen if "." not in t.method), key=lambda t: t.method)
     groups: dict[str, list[McpTool]] = {}
@@ -330,17 +343,20 @@ def server_pieces(identifier: str, tools: Iterable[McpTool], block: Callable[[Mc
     return pieces
 
 
-def render_server(identifier: str, tools: Iterable[McpTool]) -> str:
+def render_server(identifier: str, tools: Iterable[McpTool], blocks: Blocks | None = None) -> str:
     """Renders ``mcp/<server>.d.ts`` for ``tools`` (SPEC §8.6).
 
     Args:
         identifier: The server identifier.
         tools: The tools to declare (all of the server's, or the ones ``$api`` selected).
+        blocks: Tool blocks rendered so far in this build (read and filled here), or ``None``: the
+            server's declaration, each of its selectors and its ``API`` file render every tool
+            again otherwise (3,000 tools: 15,000 renders).
 
     Returns:
         The declaration text, ending in a newline.
     """
-    return "".join(server_pieces(identifier, tools))
+    return "".join(server_pieces(identifier, tools, blocks))
 
 
 def render_index(identifiers: Sequence[str]) -> str:

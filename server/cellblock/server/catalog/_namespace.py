@@ -25,13 +25,13 @@ from ._declarations import (
     INDEX_DESCRIPTION,
     OPERATION_PATHS,
     ROOT_NOTE,
+    Blocks,
     McpServer,
     McpTool,
     render_index,
     render_server,
     server_note,
     server_pieces,
-    tool_block,
 )
 from ._entries import CatalogEntry
 from ._identifiers import TOOL_RESERVED, assign_identifiers, server_identifiers
@@ -62,8 +62,11 @@ class McpNamespace:
         """The content of ``mcp/index.d.ts`` (``""`` without servers)."""
         return render_index([s.identifier for s in self.servers]) if self.servers else ""
 
-    def api_files(self) -> list[dict[str, Any]]:
+    def api_files(self, blocks: Blocks | None = None) -> list[dict[str, Any]]:
         """The ``API`` files (SPEC §8.6 item 1): none without servers.
+
+        Args:
+            blocks: Tool blocks :meth:`guest_data` rendered (``render_server``), or ``None``.
 
         Returns:
             ``[{path, description, content, bytes}]``: ``mcp/index.d.ts``, then one file per
@@ -73,16 +76,19 @@ class McpNamespace:
             return []
         files = [_file("mcp/index.d.ts", INDEX_DESCRIPTION, self.index_content())]
         for server in self.servers:
-            files.append(_file(server.file_path, f"MCP server declaration for {server.name}.", render_server(server.identifier, server.tools)))
+            files.append(_file(server.file_path, f"MCP server declaration for {server.name}.", render_server(server.identifier, server.tools, blocks)))
         return files
 
-    def guest_data(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    def guest_data(self, blocks: Blocks | None = None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """The ``mcp`` data the cell builds ``MCP`` and answers ``$api()`` from, and its ``apiFiles``.
 
         Every declaration text is a *template*: a list of indexes into ``mcp.texts``, the
         distinct pieces of the rendered files (:func:`._declarations.server_pieces`), to be
         concatenated. A tool's block is sent once, for its server file and every ``$api()``
         header that selects it; schemas are sent once, as compact JSON text.
+
+        Args:
+            blocks: Tool blocks rendered so far (filled here, for :meth:`api_files`), or ``None``.
 
         Returns:
             ``(None, [])`` without servers, else ``(mcp, files)``. ``mcp`` is ``{texts, root:
@@ -94,27 +100,22 @@ class McpNamespace:
         """
         if not self.servers:
             return None, []
+        blocks = {} if blocks is None else blocks
         texts = _Texts()
         servers = []
         files: list[dict[str, Any]] = [{"path": "mcp/index.d.ts", "description": INDEX_DESCRIPTION, "content": texts.template([self.index_content()])}]
         for server in self.servers:
-            blocks: dict[int, str] = {}
-
-            def block(t: McpTool, blocks: dict[int, str] = blocks) -> str:
-                return blocks[id(t)] if id(t) in blocks else blocks.setdefault(id(t), tool_block(t))
-
+            # One pass: each selector text's tools in index order (a text a tool has twice, once).
             chosen_by: dict[str, list[int]] = {}
             for i, t in enumerate(server.tools):
-                for text in (t.method, t.path, t.mcp_tool):
-                    chosen = chosen_by.setdefault(text, [])
-                    if not chosen or chosen[-1] != i:
-                        chosen.append(i)
+                for text in dict.fromkeys((t.method, t.path, t.mcp_tool)):
+                    chosen_by.setdefault(text, []).append(i)
             templates: dict[tuple[int, ...], list[int]] = {}
             for chosen in chosen_by.values():
                 key = tuple(chosen)
                 if key not in templates:
-                    templates[key] = texts.template(server_pieces(server.identifier, [server.tools[i] for i in chosen], block))
-            header = texts.template(server_pieces(server.identifier, server.tools, block))
+                    templates[key] = texts.template(server_pieces(server.identifier, [server.tools[i] for i in chosen], blocks))
+            header = texts.template(server_pieces(server.identifier, server.tools, blocks))
             files.append({"path": server.file_path, "description": f"MCP server declaration for {server.name}.", "content": header})
             servers.append(
                 {

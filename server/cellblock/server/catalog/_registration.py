@@ -18,7 +18,7 @@ from ._errors import CatalogRegistrationError
 from ._hints import input_hint, output_hint
 from ._text import deep_copy, js_trim
 
-__all__ = ["CONTROL_TOOL_NAMES", "Mode", "RegisteredTool", "parse_mode", "parse_name_list", "parse_tools"]
+__all__ = ["CONTROL_TOOL_NAMES", "Mode", "ParsedTools", "RegisteredTool", "parse_mode", "parse_name_list", "parse_tools"]
 
 Mode: TypeAlias = Literal["replace", "merge"]
 
@@ -193,7 +193,13 @@ def _tool_label(tool: object) -> str | None:
     return json.dumps(name[:200], ensure_ascii=False)
 
 
-def parse_tools(tools: object, *, check_schemas: bool = True, copy: bool = True) -> list[RegisteredTool]:
+class ParsedTools(list[RegisteredTool]):
+    """Tools :func:`parse_tools` validated (in slices, e.g.); :meth:`Catalog.register` takes them as they are."""
+
+
+def parse_tools(
+    tools: object, *, check_schemas: bool = True, copy: bool = True, first: int = 0, seen: dict[str, int] | None = None
+) -> list[RegisteredTool]:
     """Validates every tool of a registration (SPEC §3.2 items 2-4).
 
     Args:
@@ -205,6 +211,8 @@ def parse_tools(tools: object, *, check_schemas: bool = True, copy: bool = True)
             when a worker process already parsed the same tools (:func:`checked_in_worker`).
         copy: Keep a deep copy of each tool; ``False`` keeps the given data (the caller
             hands it over and never mutates it).
+        first: The index of ``tools[0]`` in its registration (a slice of a registration).
+        seen: The ids of the registration's earlier slices by index (updated here), or ``None``.
 
     Returns:
         The validated tools, in registration order.
@@ -215,8 +223,8 @@ def parse_tools(tools: object, *, check_schemas: bool = True, copy: bool = True)
     if not isinstance(tools, Sequence) or isinstance(tools, (str, bytes)):
         raise CatalogRegistrationError(None, "tools must be a list")
     parsed: list[RegisteredTool] = []
-    seen: dict[str, int] = {}
-    for index, tool in enumerate(tools):
+    seen = {} if seen is None else seen
+    for index, tool in enumerate(tools, first):
         try:
             registered = _parse_tool(index, tool, check_schemas, copy)
         except (_ToolProblemError, ValueError) as error:

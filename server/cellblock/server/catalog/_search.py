@@ -17,7 +17,7 @@ from typing import Any
 import bm25s
 
 from .. import messages as msg
-from ..limits import BM25_B, BM25_K1
+from ..limits import BM25_B, BM25_K1, MAX_SEARCH_QUERY_CHARS
 from ._entries import CatalogEntry
 from ._errors import BridgeReplyError
 from ._text import js_trim
@@ -189,9 +189,12 @@ class SearchIndex:
             Up to ``limit`` compact entries.
 
         Raises:
-            BridgeReplyError: [B01], [B02] or [B03], with input provenance.
+            BridgeReplyError: [B01], [B28] (a query over 4096 characters), [B02] or [B03],
+                with input provenance.
         """
         if not isinstance(query, str):
             raise BridgeReplyError(msg.B01, "input")
+        if len(query) > MAX_SEARCH_QUERY_CHARS:
+            raise BridgeReplyError(msg.B28, "input")
         limit = search_limit(options, default_limit, max_limit)
         return [entry.compact() for entry in self.rank(query)[:limit]]

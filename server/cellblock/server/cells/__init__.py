@@ -12,7 +12,15 @@ cell, or the replica's TCP bridge port), and the instance's hold on its own cell
 from cellblock.server.cells._base import Cell, CellSpec, CellStartError, Executor
 from cellblock.server.cells._bridge import BridgeListener, BridgeTls, CellBridge
 from cellblock.server.cells._docker import DockerExecutor, DockerExecutorConfig, container_options
-from cellblock.server.cells._instance import INSTANCE_ID_FILE, LOCK_FILE, instance_id, lock_directories, recover_orphans, remove_socket_dirs
+from cellblock.server.cells._instance import (
+    INSTANCE_ID_FILE,
+    LOCK_FILE,
+    InstanceLockedError,
+    instance_id,
+    lock_directories,
+    recover_orphans,
+    remove_socket_dirs,
+)
 from cellblock.server.cells._kubernetes import KubernetesExecutor
 from cellblock.server.cells._kubernetes_pod import KubernetesExecutorConfig, Owner, pod_manifest
 from cellblock.server.cells._lockdown import DEFAULT_LOCKDOWN, Lockdown
@@ -24,6 +32,7 @@ from cellblock.server.cells._reuse import MAX_IDLE_LIMIT_S, REUSE_MODES, ScopeCe
 __all__ = [
     "DEFAULT_LOCKDOWN",
     "INSTANCE_ID_FILE",
+    "InstanceLockedError",
     "LOCK_FILE",
     "MAX_IDLE_LIMIT_S",
     "REUSE_MODES",

@@ -49,6 +49,10 @@ def instance_id(state_dir: str) -> str:
     return value
 
 
+class InstanceLockedError(RuntimeError):
+    """Another live instance holds the lock of a state or socket directory (a start-up error, SPEC §16.1 item 1)."""
+
+
 #: Lock file that keeps two live instances out of one state or socket directory.
 LOCK_FILE = ".cellblock.lock"
 
@@ -63,7 +67,7 @@ def lock_directories(*directories: str) -> list[int]:
         The open lock file descriptors (held until the process exits or they are closed).
 
     Raises:
-        RuntimeError: Another live instance holds a lock (a start-up error).
+        InstanceLockedError: Another live instance holds a lock (a start-up error).
     """
     fds: list[int] = []
     for directory in dict.fromkeys(directories):
@@ -75,7 +79,7 @@ def lock_directories(*directories: str) -> list[int]:
             os.close(fd)
             for held in fds:
                 os.close(held)
-            raise RuntimeError(f"another cellblock instance is using {directory}; give each instance its own CELLBLOCK_SOCKET_DIR and CELLBLOCK_STATE_DIR") from None
+            raise InstanceLockedError(f"another cellblock instance is using {directory}; give each instance its own CELLBLOCK_SOCKET_DIR and CELLBLOCK_STATE_DIR") from None
         fds.append(fd)
     return fds
 

@@ -383,7 +383,7 @@ export type ExecRequest = Message<"cellblock.v1.ExecRequest"> & {
    */
   message: {
     /**
-     * The first message, exactly once.
+     * The first message, exactly once: a second one ends the RPC with INVALID_ARGUMENT (SPEC §3.1 item 4, [A04]).
      *
      * @generated from field: cellblock.v1.ExecStart start = 1;
      */
@@ -428,7 +428,7 @@ export type WaitRequest = Message<"cellblock.v1.WaitRequest"> & {
    */
   message: {
     /**
-     * The first message, exactly once.
+     * The first message, exactly once: a second one ends the RPC with INVALID_ARGUMENT (SPEC §3.1 item 4, [A04]).
      *
      * @generated from field: cellblock.v1.WaitStart start = 1;
      */
