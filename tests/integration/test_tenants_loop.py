@@ -180,7 +180,7 @@ LOOP_HOLD_BOUND_S = 0.05
 LOOP_HOLD_BOUNDS_S = {"put_host_huge": 0.08, "final_dense": 0.12, "final_truncated": 0.12}
 
 _LOOP_CASES = [
-    "put_host", "put_mcp", "put_host_huge", "put_description", "exec_only", "describe", "tool_input", "tool_output",
+    "put_host", "put_mcp", "put_host_huge", "put_description", "exec_only", "exec_many_mcp", "describe", "tool_input", "tool_output",
     "search", "unknown_ids", "output", "park", "dense_input", "dense_output", "surface", "park_dense", "final_dense", "final_truncated",
 ]  # fmt: skip
 

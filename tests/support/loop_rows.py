@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
+from tests.support.big_catalog import big_mcp_registrations
 
 #: Properties of the wide schema: about 3.5 MB of JSON at 25,000.
 WIDE = 25_000
@@ -154,6 +155,18 @@ async def _put_case(client: CellblockClient, scope: Scope, case: str, props: int
     return {"ok": entry.tool.description == tool.description and (entry.tool.parameters == tool.parameters)}
 
 
+def _exec_catalog(case: str, props: int) -> tuple[list[Tool], int | None]:
+    """The catalog an ``exec_*`` case registers first, and its exec's memory limit (``None``: the default 64 MiB).
+
+    ``exec_big_mcp``: one mcp tool of a wide schema; ``exec_only``: none (registered before);
+    ``exec_many_mcp``: 1500 mcp tools of 2.6 KB schemas (:mod:`tests.support.big_catalog`).
+    """
+    if case == "exec_many_mcp":
+        return [Tool(**t) for t in big_mcp_registrations()], None
+    tools = [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))] if case == "exec_big_mcp" else []
+    return tools, 512 * 1024 * 1024
+
+
 #: Tools of the scope the unknown ids are looked up in, and the ids' lengths (1 MB, 100 KB, and one just
 #: under the longest id a catalog can hold, which is scored for suggestions).
 UNKNOWN_ID_TOOLS = 3_000
@@ -212,10 +225,11 @@ async def run_case(address: str, case: str, session: str) -> dict[str, Any]:
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
             code = f'return (await tools.callValue("host:core:echo", {{s: "y".repeat({chars})}})).n;'
             result = await _exec(client, scope, tool_call_id="t", code=code, handlers={"host:core:echo": _echo}, limits=LimitOverrides(timeout_ms=20000))
-        elif case in ("exec_big_mcp", "exec_only"):
-            if case == "exec_big_mcp":  # exec_only: the scope's catalog is already the big mcp one (put_mcp before)
-                await client.put_catalog(scope, [Tool(source="mcp", owner="big", name="wide", parameters=wide_schema(props))])
-            result = await _exec(client, scope, tool_call_id="m", code="return 1", handlers={}, limits=LimitOverrides(memory_limit_bytes=512 * 1024 * 1024, timeout_ms=20000))
+        elif case in ("exec_big_mcp", "exec_only", "exec_many_mcp"):
+            tools, memory = _exec_catalog(case, props)
+            if tools:  # exec_only: the scope's catalog is already the big mcp one (put_mcp before)
+                await client.put_catalog(scope, tools)
+            result = await _exec(client, scope, tool_call_id="m", code="return (await API.list()).files.length", handlers={}, limits=LimitOverrides(memory_limit_bytes=memory, timeout_ms=20000))
         elif case == "tool_output":
             await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows")])
             code = "return (await tools.callValue('host:core:rows', {})).rows.length;"

@@ -140,6 +140,10 @@ async def test_a_parked_runs_catalog_document_from_the_worker_equals_the_views_o
     assert stored == json.loads(b"".join(unprepared.state_parts()).decode("utf-8", "surrogatepass")) == json.loads(json.dumps(run.to_state()))
     restored = RunCatalog.from_state(stored, CONFIG)
     assert restored.start_catalog_part() == run.start_catalog_part() and restored.counter_scope == run.counter_scope
+    # A document an earlier host wrote (declarations written out, no ``mcp.texts``) gets this host's shape, from its view.
+    old_shape = json.loads(json.dumps(stored))
+    del old_shape["guestCatalog"]["mcp"]["texts"]
+    assert RunCatalog.from_state(old_shape, CONFIG).start_catalog_part() == run.start_catalog_part()
 
 
 @pytest.mark.asyncio

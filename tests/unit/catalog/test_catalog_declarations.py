@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from cellblock.server.catalog._declarations import (
     ROOT_NOTE,
     declaration_type,
     render_index,
+    render_server,
     server_note,
     tool_parameters,
 )
@@ -110,7 +112,7 @@ def test_namespace_map(tools: list[dict[str, Any]], paths: dict[str, str]) -> No
 
 def test_only_mcp_entries_and_no_files_without_them() -> None:
     ns = namespace({"source": "host", "name": "read"}, {"source": "client", "name": "pick"})
-    assert ns.paths == {} and ns.api_files() == [] and ns.guest_data() is None
+    assert ns.paths == {} and ns.api_files() == [] and ns.guest_data() == (None, [])
 
 
 # ------------------------------------------------------------- files
@@ -233,17 +235,22 @@ def test_bytes_are_utf8_lengths() -> None:
 
 
 # ------------------------------------------------------------- guest data
+def _join(data: dict[str, Any], template: list[int]) -> str:
+    return "".join(data["texts"][i] for i in template)
+
+
 def test_guest_data_for_api_and_calls() -> None:
     schema = {"type": "object", "required": ["b", "a"], "properties": {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean", "default": False}}}
     ns = namespace(mcp("srv", "do_it", description="Does it.", parameters=schema), mcp("srv", "doIt"), mcp("srv", "r", operation="resources.read"))
-    data = ns.guest_data()
+    data, files = ns.guest_data()
     assert data is not None
+    assert [{**f, "content": _join(data, f["content"])} for f in files] == ns.api_files()
     root = data["root"]
-    assert root["servers"] == [{"identifier": "srv", "serverName": "srv", "toolCount": 3}]
-    assert root["note"] == ROOT_NOTE and root["header"] == ns.api_files()[0]["content"]
+    assert json.loads(root["servers"]) == [{"identifier": "srv", "serverName": "srv", "toolCount": 3}]
+    assert root["note"] == ROOT_NOTE and _join(data, root["header"]) == ns.api_files()[0]["content"]
     (server,) = data["servers"]
     assert server["note"] == server_note("srv") == "Call MCP.srv.<tool>({ ... }) with one object argument; pass { schema: true } to include JSON Schemas."
-    assert server["header"] == ns.api_files()[1]["content"]
+    assert _join(data, server["header"]) == ns.api_files()[1]["content"]
     # `doIt` is taken by mcp:srv:doIt (id order), so do_it becomes doIt2.
     assert [(t["method"], t["path"], t["mcpTool"], t["operation"], t["bridgePath"]) for t in server["tools"]] == [
         ("doIt", "MCP.srv.doIt", "doIt", "tool", "srv.doIt"),
@@ -251,21 +258,41 @@ def test_guest_data_for_api_and_calls() -> None:
         ("resources.read", "MCP.srv.resources.read", "r", "resources.read", "srv.resources.read"),
     ]
     do_it = server["tools"][1]
-    assert do_it["required"] == ["b", "a"] and do_it["defaults"] == [["c", False]] and do_it["parameters"] == schema
-    # Selectors: a method, a path or an MCP tool name.
-    assert server["selectors"]["do_it"]["tools"] == [1]
-    assert server["selectors"]["MCP.srv.resources.read"]["tools"] == [2]
-    assert server["selectors"]["doIt"]["tools"] == [0]
-    single = server["selectors"]["doIt2"]["header"]
+    assert do_it["required"] == ["b", "a"] and do_it["defaults"] == [["c", "false"]] and json.loads(do_it["parameters"]) == schema
+    # Selectors: a method, a path or an MCP tool name -> [tool indexes, header template].
+    assert server["selectors"]["do_it"][0] == [1]
+    assert server["selectors"]["MCP.srv.resources.read"][0] == [2]
+    assert server["selectors"]["doIt"][0] == [0]
+    single = _join(data, server["selectors"]["doIt2"][1])
+    assert single == render_server("srv", [ns.servers[0].tools[1]])
     assert "function doIt2(" in single and "function doIt(" not in single
+
+
+def test_guest_data_sends_each_declaration_block_once() -> None:
+    # Every header is a template over distinct pieces: a tool's block serves the server file and
+    # each of its selectors (method, path, MCP tool name), and equals what render_server writes.
+    tools = [mcp("s", f"tool_{i}", description=f"Tool {i}.", parameters={"type": "object", "properties": {"q": {"type": "string", "description": f"Query {i}."}}}) for i in range(30)]
+    ns = namespace(*tools, mcp("s", "r", operation="resources.read"), mcp("s", "g", operation="prompts.get"))
+    data, _files = ns.guest_data()
+    assert data is not None
+    (server,) = data["servers"]
+    assert len(data["texts"]) == len(set(data["texts"]))
+    for text, (chosen, template) in server["selectors"].items():
+        assert _join(data, template) == render_server("s", [ns.servers[0].tools[i] for i in chosen]), text
+    for i in range(30):
+        assert sum(f"function tool{i}(" in t for t in data["texts"]) == 1
+    rendered = sum(len(_join(data, t)) for _c, t in server["selectors"].values()) + 2 * len(_join(data, server["header"]))
+    assert sum(map(len, data["texts"])) * 3 < rendered
 
 
 def test_selector_matching_two_tools_selects_both() -> None:
     # In id order "foo" -> foo, "foo-" -> foo2, "foo2" -> foo22: selector "foo2" is one tool's
     # method and the other's MCP tool name.
     ns = namespace(mcp("s", "foo"), mcp("s", "foo-"), mcp("s", "foo2"))
-    server = ns.guest_data()["servers"][0]
+    data, _files = ns.guest_data()
+    assert data is not None
+    server = data["servers"][0]
     assert [t["method"] for t in server["tools"]] == ["foo", "foo2", "foo22"]
-    assert server["selectors"]["foo2"]["tools"] == [1, 2]
-    header = server["selectors"]["foo2"]["header"]
+    assert server["selectors"]["foo2"][0] == [1, 2]
+    header = _join(data, server["selectors"]["foo2"][1])
     assert "function foo2(" in header and "function foo22(" in header and "function foo(" not in header

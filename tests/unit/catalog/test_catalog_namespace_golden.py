@@ -1,12 +1,17 @@
-"""The ``MCP`` namespace's guest data and ``API`` files are byte-identical to main's (SPEC §8.5-§8.7).
+"""The ``MCP`` namespace's guest data and ``API`` files say what main's said, byte for byte (SPEC §8.5-§8.7).
 
 The namespace build renders each tool block once and finds every selector's tools in one pass
 (3,000 tools: 4.7 s -> 2.2 s); :data:`GOLDEN` is the digest main at b57af03 gave for the catalog below.
+The guest data is sent in a smaller shape since (each text piece once in ``mcp.texts``, declaration
+texts as templates of its indexes, schemas and defaults as JSON text): :func:`_decoded` turns it back
+into main's shape (what the guest controller reads out of it), so the digest still covers every
+declaration text (server headers, ``$api()`` selector headers, ``API`` files) and every tool's data.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from typing import Any
 
@@ -59,12 +64,36 @@ def catalog_tools(count: int = 400) -> list[dict[str, Any]]:
     return tools
 
 
+def _decoded(mcp: dict[str, Any], files: list[dict[str, Any]]) -> dict[str, Any]:
+    """Main's ``{mcp, apiFiles}`` from the guest data's ``(mcp, files)``: templates joined, JSON texts parsed."""
+
+    def text(template: list[int]) -> str:
+        return "".join(mcp["texts"][i] for i in template)
+
+    def tool(item: dict[str, Any]) -> dict[str, Any]:
+        return {**item, "parameters": json.loads(item["parameters"]), "defaults": [[name, json.loads(value)] for name, value in item["defaults"]]}
+
+    servers = [
+        {
+            **server,
+            "header": text(server["header"]),
+            "tools": [tool(t) for t in server["tools"]],
+            "selectors": {key: {"tools": chosen, "header": text(header)} for key, (chosen, header) in server["selectors"].items()},
+        }
+        for server in mcp["servers"]
+    ]
+    root = {**mcp["root"], "header": text(mcp["root"]["header"]), "servers": json.loads(mcp["root"]["servers"])}
+    return {"mcp": {"root": root, "servers": servers}, "apiFiles": [{**f, "content": text(f["content"])} for f in files]}
+
+
 def rendered(shared: bool) -> str:
     namespace = build_namespace(Catalog().register(catalog_tools()).entries)
-    if shared:
-        blocks: dict[tuple[str, str], list[str]] = {}
-        return compact_json({"mcp": namespace.guest_data(blocks), "apiFiles": namespace.api_files(blocks)})
-    return compact_json({"mcp": namespace.guest_data(), "apiFiles": namespace.api_files()})
+    blocks: dict[str, str] | None = {} if shared else None
+    mcp, files = namespace.guest_data(blocks)
+    assert mcp is not None
+    decoded = _decoded(mcp, files)
+    assert decoded["apiFiles"] == namespace.api_files(blocks)  # the API files the host renders, from the same blocks
+    return compact_json(decoded)
 
 
 def test_the_namespace_is_byte_identical_to_mains() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from cellblock.guest._vm import CellVM
 from cellblock.server.api._catalogs import RunCatalog
-from cellblock.server.catalog import Catalog
+from cellblock.server.catalog import Catalog, McpNamespace, build_namespace
 from cellblock.server.config import CodeModeConfig
 from tests.support.outbox import take_items
 
@@ -43,6 +43,12 @@ def guest_catalog(tools: list[dict[str, Any]]) -> dict[str, Any]:
     catalog = Catalog()
     catalog.register(tools)
     return RunCatalog(catalog.view, CodeModeConfig.from_json({})).guest_catalog()
+
+
+def _namespace(tools: list[dict[str, Any]]) -> McpNamespace:
+    catalog = Catalog()
+    catalog.register(tools)
+    return build_namespace(catalog.view.entries)
 
 
 def run(source: str, tools: list[dict[str, Any]] = TOOLS, answer: Any = None) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
@@ -174,7 +180,7 @@ def test_api_files_list_and_read() -> None:
 
 
 def test_api_helpers_answer_in_the_guest() -> None:
-    files = {f["path"]: f["content"] for f in guest_catalog(TOOLS)["apiFiles"]}
+    files = {f["path"]: f["content"] for f in _namespace(TOOLS).api_files()}
     status, sent = run(
         """
         const root = await MCP.$api();

@@ -651,7 +651,10 @@ class Start(_message.Message):
     """
     catalog_json: _builtins.str
     """The guest's catalog data as compact JSON: `{"allTools": [...],
-    "convenience": {name: id}, "mcp": {...}, "apiFiles": [...]}`.
+    "convenience": {name: id}, "mcp": {...}, "apiFiles": [...]}`. Declaration
+    texts are sent once: `mcp.texts` lists their distinct pieces, and each
+    header and API file's `content` is a list of indexes into it to join;
+    schemas and defaults are JSON text (see McpNamespace.guest_data).
     """
     snapshot_bytes: _builtins.int
     """Size in bytes of the compressed snapshot that follows in chunks; 0 for a

@@ -557,6 +557,16 @@
   freeze(tools);
 
   // ---- API files (SPEC §8.6) -----------------------------------------------
+  // Declaration texts arrive as templates: indexes into `mcp.texts`, the distinct
+  // pieces of the rendered files (a tool's block once for its server file and every
+  // $api() header that selects it), joined when the program reads them.
+  const mcpData = catalog.mcp ? catalog.mcp : null;
+  const texts = mcpData !== null ? freeze(mcpData.texts) : [];
+  function joinTexts(template) {
+    const parts = [];
+    for (let i = 0; i < template.length; i++) append(parts, texts[template[i]]);
+    return call(arrayJoin, parts, "");
+  }
   const apiFiles = deepFreeze(catalog.apiFiles || []);
   function normalisePath(p) {
     let s = StringCtor(p);
@@ -570,7 +580,7 @@
       while (pre.length && pre[pre.length - 1] === "/") pre = call(strSlice, pre, 0, -1);
       for (let i = 0; i < apiFiles.length; i++) {
         const f = apiFiles[i];
-        if (!f.content) continue;
+        if (!f.bytes) continue;
         if (pre === "" || f.path === pre || call(strStartsWith, f.path, pre + "/")) {
           append(files, { path: f.path, description: f.description, bytes: f.bytes });
         }
@@ -587,8 +597,8 @@
       }
       for (let i = 0; i < apiFiles.length; i++) {
         const f = apiFiles[i];
-        if (f.path === p && f.content) {
-          return resolved(freeze({ path: f.path, content: f.content, description: f.description, bytes: f.bytes }));
+        if (f.path === p && f.bytes) {
+          return resolved(freeze({ path: f.path, content: joinTexts(f.content), description: f.description, bytes: f.bytes }));
         }
       }
       return rejected(new ErrorCtor("Unknown API file: \"" + call(strSlice, p, 0, 200) + "\". Call API.list() to see the available files."));
@@ -598,30 +608,18 @@
   // ---- MCP namespace (SPEC §8.5, §8.7) --------------------------------------
   // Built from host data: servers in identifier order, each with its tools
   // (bridge paths, required names, schema defaults) and its $api headers.
-  const mcpData = catalog.mcp ? deepFreeze(catalog.mcp) : null;
-  const cut200 = (v) => call(strSlice, StringCtor(v), 0, 200);
-  // Host data handed to the guest as fresh copies. Their JSON text is made
-  // here, before user code runs: serialising them later would consult a guest
-  // toJSON on Object.prototype or Array.prototype.
-  const hostJson = new WeakMapCtor();
-  function keepJson(v) {
-    if (v !== null && typeof v === "object") call(weakSet, hostJson, v, jsonStringify(v));
-  }
-  function copyJson(v) {
-    if (v === null || typeof v !== "object") return v;
-    const text = call(weakGet, hostJson, v);
-    return jsonParse(text !== undefined ? text : jsonStringify(v));
-  }
+  // Schemas and defaults arrive as JSON text: each read parses a fresh copy
+  // (never a guest toJSON: nothing is serialised after user code runs).
   if (mcpData !== null) {
-    keepJson(mcpData.root.servers);
     for (let s = 0; s < mcpData.servers.length; s++) {
-      const serverTools = mcpData.servers[s].tools;
-      for (let i = 0; i < serverTools.length; i++) {
-        keepJson(serverTools[i].parameters);
-        for (let d = 0; d < serverTools[i].defaults.length; d++) keepJson(serverTools[i].defaults[d][1]);
-      }
+      const server = mcpData.servers[s];
+      deepFreeze(server.tools);
+      deepFreeze(server.header);
+      freeze(server);
     }
+    deepFreeze(mcpData.root);
   }
+  const cut200 = (v) => call(strSlice, StringCtor(v), 0, 200);
 
   function isPlainObject(v) {
     if (v === null || typeof v !== "object" || arrayIsArray(v)) return false;
@@ -657,7 +655,7 @@
       for (let i = 0; i < defaults.length; i++) {
         const name = defaults[i][0];
         if (!call(hasOwn, input, name)) {
-          defineProperty(input, name, { value: copyJson(defaults[i][1]), enumerable: true, writable: true, configurable: true });
+          defineProperty(input, name, { value: jsonParse(defaults[i][1]), enumerable: true, writable: true, configurable: true });
         }
       }
       const missing = [];
@@ -682,14 +680,14 @@
       if (selector === undefined || selector === null) {
         chosen = [];
         for (let i = 0; i < server.tools.length; i++) append(chosen, i);
-        header = server.header;
+        header = joinTexts(server.header);
       } else {
         const sel = typeof selector === "string" && call(hasOwn, server.selectors, selector) ? server.selectors[selector] : undefined;
         if (sel === undefined) {
           return rejected(new ErrorCtor("MCP." + server.identifier + " has no tool matching \"" + cut200(selector) + "\"; call MCP." + server.identifier + ".$api() to list its tools."));
         }
-        chosen = sel.tools;
-        header = sel.header;
+        chosen = sel[0];
+        header = joinTexts(sel[1]);
       }
       const out = {
         kind: "mcp_api",
@@ -705,7 +703,7 @@
         const schemas = {};
         for (let i = 0; i < chosen.length; i++) {
           const t = server.tools[chosen[i]];
-          defineProperty(schemas, t.method, { value: copyJson(t.parameters), enumerable: true, writable: true, configurable: true });
+          defineProperty(schemas, t.method, { value: jsonParse(t.parameters), enumerable: true, writable: true, configurable: true });
         }
         out.schemas = schemas;
       }
@@ -720,7 +718,7 @@
     const root = mcpData.root;
     defineProperty(MCP, "$api", {
       value: function $api() {
-        return resolved({ kind: "mcp_api", scope: "root", header: root.header, servers: copyJson(root.servers), note: root.note });
+        return resolved({ kind: "mcp_api", scope: "root", header: joinTexts(root.header), servers: jsonParse(root.servers), note: root.note });
       },
     });
     for (let s = 0; s < mcpData.servers.length; s++) {

@@ -147,7 +147,8 @@ class RunCatalog:
         ``counters`` is the live session when this replica has the run's catalog session,
         else the stored one is restored.
         """
-        return cls(view_from_state(state["view"], counters), config, guest_catalog=state["guestCatalog"])
+        guest = state["guestCatalog"]  # an earlier host's shape (declarations written out, no ``mcp.texts``) is rebuilt from the view
+        return cls(view_from_state(state["view"], counters), config, guest_catalog=None if isinstance(guest.get("mcp"), dict) and "texts" not in guest["mcp"] else guest)
 
     @property
     def counter_scope(self) -> str:
@@ -193,8 +194,8 @@ class RunCatalog:
 
     @cached_property
     def _guest_catalog(self) -> dict[str, Any]:
-        ns = self.namespace
-        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": ns.guest_data(blocks := dict[tuple[str, str], list[str]]()), "apiFiles": ns.api_files(blocks)}
+        mcp, files = self.namespace.guest_data()
+        return {"allTools": self._view.all_tools(), "convenience": self._view.convenience_names(), "mcp": mcp, "apiFiles": files}
 
     def namespace_entry(self, root: object, path: object) -> CatalogEntry | None:
         """The entry a ``namespace`` request targets (SPEC §8.5 item 7).

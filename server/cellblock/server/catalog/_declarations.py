@@ -18,13 +18,16 @@ __all__ = [
     "INDEX_DESCRIPTION",
     "OPERATION_PATHS",
     "ROOT_NOTE",
+    "Blocks",
     "McpServer",
     "McpTool",
     "Parameter",
     "declaration_type",
     "render_index",
     "render_server",
+    "server_pieces",
     "server_note",
+    "tool_block",
     "tool_parameters",
 ]
 
@@ -292,18 +295,52 @@ def _tool_block(tool: McpTool, name: str, indent: str) -> list[str]:
     return lines
 
 
-Blocks = dict[tuple[str, str], list[str]]
-"""Rendered tool blocks by ``(entry id, indent)``, shared by the renders of one namespace build."""
+def tool_block(tool: McpTool) -> str:
+    """A tool's block of its server file (SPEC §8.6): single-segment tools at two spaces, grouped ones at four."""
+    if "." in tool.method:
+        return "\n".join(_tool_block(tool, tool.method.split(".", 1)[1], "    "))
+    return "\n".join(_tool_block(tool, tool.method, "  "))
 
 
-def _block(tool: McpTool, name: str, indent: str, blocks: Blocks | None) -> list[str]:
-    if blocks is None:
-        return _tool_block(tool, name, indent)
-    key = (tool.entry_id, indent)
-    found = blocks.get(key)
-    if found is None:
-        found = blocks[key] = _tool_block(tool, name, indent)
-    return found
+Blocks = dict[str, str]
+"""Rendered tool blocks (:func:`tool_block`) by entry id, shared by the renders of one namespace build."""
+
+
+def server_pieces(identifier: str, tools: Iterable[McpTool], blocks: Blocks | None = None) -> list[str]:
+    """:func:`render_server` as the pieces it concatenates: the file's head, separators and one :func:`tool_block` per tool.
+
+    The guest catalog sends each distinct piece once (a tool's block serves its server file and
+    every ``$api()`` header that selects it), so the pieces are exactly the file's text in order.
+
+    Args:
+        identifier: The server identifier.
+        tools: The tools to declare.
+        blocks: Tool blocks rendered so far in this build (read and filled here), or ``None``.
+    """
+    cache: Blocks = {} if blocks is None else blocks
+
+    def block(t: McpTool) -> str:
+        found = cache.get(t.entry_id)
+        if found is None:
+            found = cache[t.entry_id] = tool_block(t)
+        return found
+
+    chosen = list(tools)
+    single = sorted((t for t in chosen if "." not in t.method), key=lambda t: t.method)
+    groups: dict[str, list[McpTool]] = {}
+    for t in chosen:
+        if "." in t.method:
+            groups.setdefault(t.method.split(".", 1)[0], []).append(t)
+    pieces = [_SERVER_PRELUDE + f"declare namespace MCP.{identifier} {{\n" + _SERVER_API.rstrip("\n")]
+    for t in single:
+        pieces += ["\n\n", block(t)]
+    for group in sorted(groups):
+        pieces.append(f"\n\n  namespace {group} {{")
+        for i, t in enumerate(sorted(groups[group], key=lambda t: t.method)):
+            pieces += ["\n\n" if i else "\n", block(t)]
+        pieces.append("\n  }")
+    pieces.append("\n}\n")
+    return pieces
 
 
 def render_server(identifier: str, tools: Iterable[McpTool], blocks: Blocks | None = None) -> str:
@@ -312,33 +349,14 @@ def render_server(identifier: str, tools: Iterable[McpTool], blocks: Blocks | No
     Args:
         identifier: The server identifier.
         tools: The tools to declare (all of the server's, or the ones ``$api`` selected).
-        blocks: Tool blocks already rendered for the same tools (filled here), or ``None``: the
-            server's declaration and each of its selectors' render every tool again otherwise
-            (3,000 tools: 15,000 renders).
+        blocks: Tool blocks rendered so far in this build (read and filled here), or ``None``: the
+            server's declaration, each of its selectors and its ``API`` file render every tool
+            again otherwise (3,000 tools: 15,000 renders).
 
     Returns:
         The declaration text, ending in a newline.
     """
-    chosen = list(tools)
-    single = sorted((t for t in chosen if "." not in t.method), key=lambda t: t.method)
-    groups: dict[str, list[McpTool]] = {}
-    for t in chosen:
-        if "." in t.method:
-            groups.setdefault(t.method.split(".", 1)[0], []).append(t)
-    lines = [f"declare namespace MCP.{identifier} {{", *_SERVER_API.rstrip("\n").split("\n")]
-    for t in single:
-        lines.append("")
-        lines.extend(_block(t, t.method, "  ", blocks))
-    for group in sorted(groups):
-        lines.append("")
-        lines.append(f"  namespace {group} {{")
-        for i, t in enumerate(sorted(groups[group], key=lambda t: t.method)):
-            if i:
-                lines.append("")
-            lines.extend(_block(t, t.method.split(".", 1)[1], "    ", blocks))
-        lines.append("  }")
-    lines.append("}")
-    return _SERVER_PRELUDE + "\n".join(lines) + "\n"
+    return "".join(server_pieces(identifier, tools, blocks))
 
 
 def render_index(identifiers: Sequence[str]) -> str:

@@ -10,7 +10,7 @@ Typical use::
     ns = build_namespace(view.entries)
     ns.paths["memory.createEntities"]        # -> "mcp:memory:create_entities"
     ns.api_files()                           # [{path, description, content, bytes}, ...]
-    ns.guest_data()                          # the cell's ``mcp`` data
+    ns.guest_data()                          # the cell's ``mcp`` data and ``apiFiles``
 """
 
 from __future__ import annotations
@@ -21,9 +21,21 @@ from typing import Any
 
 import structlog
 
-from ._declarations import INDEX_DESCRIPTION, OPERATION_PATHS, ROOT_NOTE, Blocks, McpServer, McpTool, render_index, render_server, server_note
+from ._declarations import (
+    INDEX_DESCRIPTION,
+    OPERATION_PATHS,
+    ROOT_NOTE,
+    Blocks,
+    McpServer,
+    McpTool,
+    render_index,
+    render_server,
+    server_note,
+    server_pieces,
+)
 from ._entries import CatalogEntry
 from ._identifiers import TOOL_RESERVED, assign_identifiers, server_identifiers
+from ._text import compact_json
 
 __all__ = ["McpNamespace", "build_namespace"]
 
@@ -67,59 +79,98 @@ class McpNamespace:
             files.append(_file(server.file_path, f"MCP server declaration for {server.name}.", render_server(server.identifier, server.tools, blocks)))
         return files
 
-    def guest_data(self, blocks: Blocks | None = None) -> dict[str, Any] | None:
-        """The ``mcp`` data the cell builds ``MCP`` and answers ``$api()`` from.
+    def guest_data(self, blocks: Blocks | None = None) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The ``mcp`` data the cell builds ``MCP`` and answers ``$api()`` from, and its ``apiFiles``.
+
+        Every declaration text is a *template*: a list of indexes into ``mcp.texts``, the
+        distinct pieces of the rendered files (:func:`._declarations.server_pieces`), to be
+        concatenated. A tool's block is sent once, for its server file and every ``$api()``
+        header that selects it; schemas are sent once, as compact JSON text.
 
         Args:
             blocks: Tool blocks rendered so far (filled here, for :meth:`api_files`), or ``None``.
 
         Returns:
-            ``None`` without servers, else ``{root: {header, servers, note}, servers: [...]}``
-            where each server has ``identifier``, ``serverName``, ``header``, ``note``,
-            ``tools`` (``$api`` summaries plus ``bridgePath``, ``parameters``, ``required`` and
-            ``defaults`` as ``[name, value]`` pairs) and ``selectors`` (selector text ->
-            ``{tools: [indexes], header}``).
+            ``(None, [])`` without servers, else ``(mcp, files)``. ``mcp`` is ``{texts, root:
+            {header, servers, note}, servers: [...]}`` where each server has ``identifier``,
+            ``serverName``, ``header``, ``note``, ``tools`` (``$api`` summaries plus
+            ``bridgePath``, ``parameters`` as JSON text, ``required`` and ``defaults`` as
+            ``[name, JSON text]`` pairs) and ``selectors`` (selector text -> ``[tool indexes,
+            header]``). ``files`` are :meth:`api_files` with ``content`` a template.
         """
         if not self.servers:
-            return None
+            return None, []
+        blocks = {} if blocks is None else blocks
+        texts = _Texts()
         servers = []
+        files: list[dict[str, Any]] = [{"path": "mcp/index.d.ts", "description": INDEX_DESCRIPTION, "content": texts.template([self.index_content()])}]
         for server in self.servers:
-            tools = []
-            for t in server.tools:
-                item = t.summary()
-                item["bridgePath"] = t.path[len("MCP.") :]
-                item["parameters"] = {} if t.parameters is None else t.parameters
-                schema = t.parameters if isinstance(t.parameters, dict) else {}
-                raw_required = schema.get("required")
-                item["required"] = list(dict.fromkeys(r for r in raw_required if isinstance(r, str))) if isinstance(raw_required, list) else []
-                props = schema.get("properties")
-                item["defaults"] = (
-                    [[name, sub["default"]] for name, sub in props.items() if isinstance(sub, dict) and "default" in sub] if isinstance(props, dict) else []
-                )
-                tools.append(item)
-            # One pass: each selector text's tools in index order, each tool block rendered once.
-            chosen: dict[str, list[int]] = {}
+            # One pass: each selector text's tools in index order (a text a tool has twice, once).
+            chosen_by: dict[str, list[int]] = {}
             for i, t in enumerate(server.tools):
                 for text in dict.fromkeys((t.method, t.path, t.mcp_tool)):
-                    chosen.setdefault(text, []).append(i)
-            blocks = {} if blocks is None else blocks
-            selectors = {text: {"tools": at, "header": render_server(server.identifier, [server.tools[i] for i in at], blocks)} for text, at in chosen.items()}
+                    chosen_by.setdefault(text, []).append(i)
+            templates: dict[tuple[int, ...], list[int]] = {}
+            for chosen in chosen_by.values():
+                key = tuple(chosen)
+                if key not in templates:
+                    templates[key] = texts.template(server_pieces(server.identifier, [server.tools[i] for i in chosen], blocks))
+            header = texts.template(server_pieces(server.identifier, server.tools, blocks))
+            files.append({"path": server.file_path, "description": f"MCP server declaration for {server.name}.", "content": header})
             servers.append(
                 {
                     "identifier": server.identifier,
                     "serverName": server.name,
-                    "header": render_server(server.identifier, server.tools, blocks),
+                    "header": header,
                     "note": server_note(server.identifier),
-                    "tools": tools,
-                    "selectors": selectors,
+                    "tools": [_guest_tool(t) for t in server.tools],
+                    "selectors": {text: [chosen, templates[tuple(chosen)]] for text, chosen in chosen_by.items()},
                 }
             )
+        for f in files:
+            f["bytes"] = sum(texts.utf8_bytes[i] for i in f["content"])
         root = {
-            "header": self.index_content(),
-            "servers": [{"identifier": s.identifier, "serverName": s.name, "toolCount": len(s.tools)} for s in self.servers],
+            "header": files[0]["content"],
+            "servers": compact_json([{"identifier": s.identifier, "serverName": s.name, "toolCount": len(s.tools)} for s in self.servers]),
             "note": ROOT_NOTE,
         }
-        return {"root": root, "servers": servers}
+        return {"texts": texts.items, "root": root, "servers": servers}, files
+
+
+class _Texts:
+    """The distinct declaration pieces of a guest catalog (``mcp.texts``) and their UTF-8 sizes."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self.utf8_bytes: list[int] = []
+        self._index: dict[str, int] = {}
+
+    def template(self, pieces: Iterable[str]) -> list[int]:
+        """The indexes of ``pieces`` (each added once), empty pieces left out."""
+        out = []
+        for piece in pieces:
+            if not piece:
+                continue
+            index = self._index.get(piece)
+            if index is None:
+                index = self._index[piece] = len(self.items)
+                self.items.append(piece)
+                self.utf8_bytes.append(len(piece.encode("utf-8", "surrogatepass")))
+            out.append(index)
+        return out
+
+
+def _guest_tool(t: McpTool) -> dict[str, Any]:
+    """A tool of a server's guest data: its ``$api`` summary, bridge path, schema text, required names and defaults."""
+    item = t.summary()
+    item["bridgePath"] = t.path[len("MCP.") :]
+    item["parameters"] = "{}" if t.parameters is None else compact_json(t.parameters)
+    schema = t.parameters if isinstance(t.parameters, dict) else {}
+    raw_required = schema.get("required")
+    item["required"] = list(dict.fromkeys(r for r in raw_required if isinstance(r, str))) if isinstance(raw_required, list) else []
+    props = schema.get("properties")
+    item["defaults"] = [[name, compact_json(sub["default"])] for name, sub in props.items() if isinstance(sub, dict) and "default" in sub] if isinstance(props, dict) else []
+    return item
 
 
 def build_namespace(entries: Iterable[CatalogEntry]) -> McpNamespace:

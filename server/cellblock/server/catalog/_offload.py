@@ -115,5 +115,5 @@ def guest_data(mcp_entries: Sequence[CatalogEntry], all_tools: list[dict[str, An
         convenience: The view's convenience names.
     """
     ns = build_namespace(mcp_entries)
-    data = {"allTools": all_tools, "convenience": convenience, "mcp": ns.guest_data(blocks := dict[tuple[str, str], list[str]]()), "apiFiles": ns.api_files(blocks)}
-    return ns, compact_json(data)
+    mcp, files = ns.guest_data()
+    return ns, compact_json({"allTools": all_tools, "convenience": convenience, "mcp": mcp, "apiFiles": files})
