@@ -296,36 +296,6 @@ async def test_only_a_restart_safe_legs_guest_reports_idle(client: CellblockClie
     assert (True, "idle") in seen, "a restart-safe leg's guest reports idle, and the leg parks on it"
 
 
-async def test_requests_and_results_are_settled_in_their_senders_turn_while_the_loop_waits(client: CellblockClient, scope: Scope, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A guest request and a tool result that arrive while the settle loop waits on an empty queue are handled at once.
-
-    ``SettleLoop.take_now`` (issue 15: one task wake of the loop less per event); the guest's
-    ``end`` (its handling awaits) still goes through the queue, and the run's outcome is the same.
-    """
-    await _catalog(client, scope)
-    taken: list[str] = []
-    queued: list[str] = []
-    handle_now, next_event = Leg.handle_now, Leg.next_event
-
-    def recording(leg: Leg, event: Any) -> bool:
-        taken.append(type(event).__name__)
-        return handle_now(leg, event)
-
-    async def reading(leg: Leg) -> Any:
-        event = await next_event(leg)
-        queued.append(event.message.WhichOneof("message") if type(event).__name__ == "GuestMessage" and event.message is not None else type(event).__name__)
-        return event
-
-    monkeypatch.setattr(Leg, "handle_now", recording)
-    monkeypatch.setattr(Leg, "next_event", reading)
-    code = 'let s = 0; for (let i = 1; i <= 5; i++) s += (await tools.callValue("client:app:echo", {i})).i; return s;'
-    result = await client.exec(scope, tool_call_id="n1", code=code, handlers={"echo": echo})
-    assert (result.status, result.value, result.metadata.leg_count) == ("completed", 15, 1), result.raw_json
-    # The first call may meet the slot reservation's answer on the queue; the others find it empty.
-    assert taken.count("ToolOutcome") >= 4 and taken.count("GuestMessage") >= 4, (taken, queued)
-    assert "end" in queued, queued
-
-
 # ------------------------------------------------------------------ abort
 async def test_cancel_run_aborts_a_leg_in_its_cell_and_the_run_is_gone(client: CellblockClient, scope: Scope) -> None:
     await _catalog(client, scope)

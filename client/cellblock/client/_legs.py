@@ -271,12 +271,13 @@ class LegDriver:
         async def serve() -> code_mode_service_pb2.ToolResult:
             result = await _invoke(handler, tc.input_json, info)
             # Handed to the stream's writer by the handler's own task as it ends (nothing
-            # can cancel it between the two), and `done` (for a cancelled handler) is taken
-            # off: no loop turn for a done callback per result.
-            task.remove_done_callback(done)
+            # can cancel it between the two): no loop turn for a done callback per result.
             run.tasks.pop(tc.nested_call_id, None)
             self._deliver(run, result)
             return result
+
+        task = asyncio.create_task(serve(), name=f"cellblock-tool:{tc.nested_call_id}")
+        run.tasks[tc.nested_call_id] = task
 
         def done(t: asyncio.Task[code_mode_service_pb2.ToolResult]) -> None:
             if not t.cancelled():
@@ -287,8 +288,6 @@ class LegDriver:
                 return
             self._deliver(run, _error_result(tc.nested_call_id, "cancelled", "the tool handler was cancelled"))
 
-        task = asyncio.create_task(serve(), name=f"cellblock-tool:{tc.nested_call_id}")
-        run.tasks[tc.nested_call_id] = task
         task.add_done_callback(done)
 
     def _deliver(self, run: RunCalls, result: code_mode_service_pb2.ToolResult) -> None:
@@ -304,15 +303,15 @@ class LegDriver:
             self._keep(run, result)
             return
 
-        def written(failure: BaseException | None) -> None:
+        def written(fut: asyncio.Future[None]) -> None:
             sent = run.streams.get(stream)
-            if failure is None and sent is not None:
+            if not fut.cancelled() and fut.exception() is None and sent is not None:
                 sent.append(result)
             else:
                 # The write failed (a CellblockError), or the leg ended while it was written.
                 self._keep(run, result)
 
-        stream.send_then(written, tool_result=result)
+        stream.send(tool_result=result).add_done_callback(written)
 
     def _keep(self, run: RunCalls, result: code_mode_service_pb2.ToolResult) -> None:
         if self.runs.get(run.run_id) is run:
@@ -379,11 +378,6 @@ def to_arguments_json(arguments: Mapping[str, Any] | str | None) -> str:
         raise ValueError("the arguments nest too deeply to encode as JSON (the service reads at most 256 levels)") from None
 
 
-#: ``json.dumps``'s encoders for :func:`_json_text`, built once (dumps builds one per call when given options).
-_COMPACT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-
-
 def _json_text(value: Any) -> str:
     r"""Compact JSON for a proto string field: UTF-8 text, lone surrogates as ``\uXXXX``.
 
@@ -392,10 +386,10 @@ def _json_text(value: Any) -> str:
         TypeError: A value that is not JSON-serialisable.
         RecursionError: A value nested deeper than Python's JSON encoder goes (about 1000 levels).
     """
-    text = _COMPACT.encode(value)
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         # Protobuf strings must be valid UTF-8; escaping everything keeps lone surrogates as escapes.
-        text = _COMPACT_ASCII.encode(value)
+        text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from typing import Any, Generic, TypeAlias, TypeVar
 
 import grpc
@@ -38,7 +37,7 @@ class LegStream(Generic[_Req]):
     def __init__(self, call: grpc.aio.StreamStreamCall, request_cls: type[_Req]) -> None:
         self._call = call
         self._request_cls: type[_Req] = request_cls
-        self._outbox: asyncio.Queue[tuple[_Req | Closed, Callable[[BaseException | None], None]]] = asyncio.Queue()
+        self._outbox: asyncio.Queue[tuple[_Req | Closed, asyncio.Future[None]]] = asyncio.Queue()
         self._inbox: asyncio.Queue[_Resp | Closed | BaseException] = asyncio.Queue()
         self._writer = asyncio.create_task(self._write_loop())
         self._reader = asyncio.create_task(self._read_loop())
@@ -53,27 +52,9 @@ class LegStream(Generic[_Req]):
         """Queues the end of the request stream."""
         return self._enqueue(_HALF_CLOSE)
 
-    def send_then(self, written: Callable[[BaseException | None], None], **message: Any) -> None:
-        """Queues one request; the writer calls ``written(None)`` once it is written, or ``written(error)``.
-
-        The writer's own turn calls it (no future and no loop turn per message); it is never
-        called when the stream is cancelled first.
-        """
-        self._outbox.put_nowait((self._request_cls(**message), written))
-
     def _enqueue(self, item: _Req | Closed) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        def written(failure: BaseException | None) -> None:
-            if fut.done():
-                return
-            if failure is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(failure)
-                fut.exception()  # mark retrieved; the sender decides whether it matters
-
-        self._outbox.put_nowait((item, written))
+        self._outbox.put_nowait((item, fut))
         return fut
 
     async def recv(self) -> _Resp | Closed:
@@ -89,7 +70,7 @@ class LegStream(Generic[_Req]):
     async def _write_loop(self) -> None:
         failure: BaseException | None = None
         while True:
-            item, written = await self._outbox.get()
+            item, fut = await self._outbox.get()
             if failure is None:
                 try:
                     if item is _HALF_CLOSE:
@@ -100,10 +81,12 @@ class LegStream(Generic[_Req]):
                     failure = from_grpc_error(exc)
                 except asyncio.InvalidStateError as exc:
                     failure = ProtocolError(f"stream closed: {exc}")
-            try:
-                written(failure)
-            except Exception as exc:  # noqa: BLE001 - a sender's callback never stops the writer
-                asyncio.get_running_loop().call_exception_handler({"message": "LegStream write callback failed", "exception": exc})
+            if not fut.done():
+                if failure is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(failure)
+                    fut.exception()  # mark retrieved; the sender decides whether it matters
 
     async def _read_loop(self) -> None:
         try:

@@ -197,10 +197,6 @@ _FLOAT_SUBSTRINGS = (".0", "e+", "e-", "NaN", "Infinity")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-#: ``json.dumps``'s encoder for :func:`compact_json`, built once (dumps builds one per call when given options).
-_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), check_circular=False)
-
-
 def compact_json(value: Any) -> str:
     r"""Serialises a JSON value as compact JSON (SPEC §0.3 item 2), like ``JSON.stringify``.
 
@@ -224,10 +220,10 @@ def compact_json(value: Any) -> str:
         TypeError: ``value`` holds something that is not JSON-like.
         RecursionError: ``value`` is nested deeper than the interpreter's recursion limit.
     """
-    text = _COMPACT.encode(value)
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), check_circular=False)
     if not isinstance(value, str) and any(mark in text for mark in _FLOAT_SUBSTRINGS) and _FLOAT_MARK.search(_STRING_TOKEN.sub("", text)) is not None:
         try:
-            text = _COMPACT.encode(_js_floats(value))
+            text = json.dumps(_js_floats(value), ensure_ascii=False, separators=(",", ":"), check_circular=False)
         except _NeedsSlowPath:
             return _slow_compact_json(value)
     if not text.isascii() and not _encodes(text):

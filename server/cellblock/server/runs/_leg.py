@@ -12,6 +12,7 @@ mapping of a guest's failure :mod:`~cellblock.server.runs._guest_failure`, the w
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,16 +21,17 @@ import structlog
 
 from cellblock.bridge.v1 import bridge_service_pb2 as bpb
 from cellblock.server import messages as msg
+from cellblock.server.catalog import strict_json
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells, WarmPool
-from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, WATCHDOG_GRACE_MS
+from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, MAX_BRIDGE_ID_CHARS, MAX_VALUE_DEPTH, WATCHDOG_GRACE_MS
 from cellblock.server.runs._cell_wait import await_attach, fresh_cell, wait_exceeded
 from cellblock.server.runs._guest_failure import exit_failure
-from cellblock.server.runs._guest_output import accepted_entry, record_omission
 from cellblock.server.runs._leg_end import LegEnding
 from cellblock.server.runs._long_request import LONG_REQUEST_BOUND_S, admit_long_request, is_long_request
+from cellblock.server.runs._output import NotSerializableError, is_output_entry
 from cellblock.server.runs._policy import Next, admit_request, dispatchable, process_request, refuse_over_host_limits, reply_inbox_bytes, restart_safe_label
 from cellblock.server.runs._ports import LegPorts
-from cellblock.server.runs._protocol import BridgeMethod, CellExited, DeadlineTick, ErrorCode, GuestMessage, LegEvent, LegOutcome, ProtocolViolation, failed
+from cellblock.server.runs._protocol import BridgeMethod, CellExited, DeadlineTick, ErrorCode, GuestMessage, LegOutcome, ProtocolViolation, failed
 from cellblock.server.runs._snapshot_in import SnapshotIn
 from cellblock.server.runs._start import start_message_off_loop
 from cellblock.server.runs._state import PendingRequest, Run
@@ -162,8 +164,7 @@ class Leg(LegEnding):
             self.release_cell()
 
     def _deliver_guest(self, item: bpb.AttachRequest | None) -> None:
-        if not self.take_now(event := GuestMessage(item)):
-            self.ports.events.put_nowait(event)
+        self.ports.events.put_nowait(GuestMessage(item))
 
     async def _attach_and_drive(self, loop: asyncio.AbstractEventLoop) -> LegOutcome:
         assert self._bridge is not None and self._cell is not None
@@ -227,36 +228,20 @@ class Leg(LegEnding):
         # Woken at the deadline and the kill time by two timers armed once, not a timeout per event.
         kill_at = self.deadline + WATCHDOG_GRACE_MS / 1000
         ticks = [loop.call_at(when, self.ports.events.put_nowait, DeadlineTick()) for when in (self.deadline, kill_at)]
-        self.ports.take_now = self.take_now  # tool results handled in the reader's turn while the loop waits
         try:
             return await self._settle_events(loop, kill_at)
         finally:
-            self.ports.take_now = None
             for tick in ticks:
                 tick.cancel()
 
-    def _suspend_at_deadline(self, loop: asyncio.AbstractEventLoop) -> None:
-        if loop.time() >= self.deadline and not self._suspend_sent and self.run_.pending:
-            self._suspend()  # waiting for host work at the deadline is not a timeout: park
-
-    def handle_now(self, event: LegEvent) -> bool:
-        """The settle loop's handling of one event that awaits nothing (:meth:`SettleLoop.take_now`)."""
-        self._suspend_at_deadline(asyncio.get_running_loop())  # the loop's check before each event
-        if not isinstance(event, GuestMessage):
-            return super().handle_now(event)
-        self._on_guest(event.message)  # None: take_now passes only messages handled without an await
-        return self._terminal is not None
-
     async def _settle_events(self, loop: asyncio.AbstractEventLoop, kill_at: float) -> LegOutcome:
         run = self.run_
+        events = self.ports.events
         while True:
-            self._suspend_at_deadline(loop)
-            if self._raised is not None:
-                raise self._raised
-            if self._terminal is not None:
-                self.abandon_dispatched()
-                return self._terminal
-            event = await self.next_event()  # no task per event
+            if loop.time() >= self.deadline and not self._suspend_sent and run.pending:
+                # Waiting for host work at the deadline is not a timeout: park.
+                self._suspend()
+            event = events.get_nowait() if not events.empty() else await events.get()  # no task per event
             if isinstance(event, DeadlineTick):
                 if loop.time() >= kill_at:
                     assert self._cell is not None
@@ -271,7 +256,10 @@ class Leg(LegEnding):
                     # unless the cell died; drain what is already queued first.
                     outcome = self._drain_after_exit(code, loop)
                 case GuestMessage(message=message):
-                    ending = self._on_guest(message)  # None when it set a terminal outcome (returned above)
+                    ending = self._on_guest(message)
+                    if self._terminal is not None:
+                        self.abandon_dispatched()
+                        return self._terminal
                     outcome = await ending if ending is not None else None
                 case _:
                     outcome = self.on_runtime_event(event, loop.time())
@@ -289,7 +277,7 @@ class Leg(LegEnding):
         if which == "output":
             self._on_output(message.output.entry_json)
         elif which == "omission":
-            record_omission(self.run_, message.omission)
+            self._on_omission(message.omission)
         elif which == "idle":
             self._on_idle(message.idle.host_work)
         elif which == "snapshot_chunk" and self._suspend_sent:
@@ -434,7 +422,29 @@ class Leg(LegEnding):
 
     # ---------------------------------------------------------- output/end
     def _on_output(self, entry_json: str) -> None:
-        entry = accepted_entry(self.run_, entry_json, self._log)
-        if entry is not None:
+        try:
+            entry = strict_json(entry_json, MAX_VALUE_DEPTH + 1)  # the entry object holds the value
+        except RecursionError:
+            self._log.warning("bridge.output_too_deep")  # SPEC §8.4 item 6: dropped and logged
+            return
+        except ValueError:
+            entry = None
+        if not is_output_entry(entry):  # not JSON, or not a text/json entry
+            self._log.error("bridge.invalid_output")
+            return
+        try:
+            accepted = self.run_.budget.offer(entry)
+        except NotSerializableError:
+            self._log.warning("bridge.output_too_deep")
+            return
+        if accepted:
             self.accepted_output.append(entry)
             self.ports.output(entry)
+
+    def _on_omission(self, omission: bpb.OutputOmission) -> None:
+        """Records entries the cell's controller omitted (SPEC §9 rule 11), as they are reported."""
+        try:
+            first = json.loads(omission.first_omitted_content or '""')
+        except (ValueError, RecursionError):
+            first = ""
+        self.run_.budget.record_omitted(max(0, omission.omitted_entries), max(0, omission.omitted_bytes), first if isinstance(first, str) else "")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from cellblock.server.runs._protocol import Cancelled, CancelReason, HostedSettled, LegEvent, ResolvedCall, ToolOutcome
@@ -79,14 +78,11 @@ class LegPorts(abc.ABC):
     def __init__(self) -> None:
         self.run_id = ""
         self.events: asyncio.Queue[LegEvent] = asyncio.Queue()
-        #: Set by a leg's settle loop: handles an event at once and says so, else it is queued.
-        self.take_now: Callable[[LegEvent], bool] | None = None
 
     # -------------------------------------------------------- runtime -> leg
     def tool_result(self, outcome: ToolOutcome) -> None:
-        """Hands the leg a runtime's answer to a nested call (handled at once while its settle loop waits)."""
-        if self.take_now is None or not self.take_now(outcome):
-            self.events.put_nowait(outcome)
+        """Hands the leg a runtime's answer to a nested call."""
+        self.events.put_nowait(outcome)
 
     def cancel(self, reason: CancelReason = CancelReason.CALLER) -> None:
         """Aborts the leg (SPEC §3.6)."""

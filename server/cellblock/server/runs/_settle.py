@@ -11,7 +11,6 @@ the wait has no cell is still there when the cell starts.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -20,7 +19,6 @@ import structlog
 from structlog.typing import FilteringBoundLogger
 
 from cellblock.server import messages as msg
-from cellblock.server.runs._long_request import is_long_request
 from cellblock.server.runs._policy import dispatch_request, dispatchable, record_tool_outcome
 from cellblock.server.runs._ports import LegPorts
 from cellblock.server.runs._protocol import (
@@ -28,9 +26,7 @@ from cellblock.server.runs._protocol import (
     BridgeMethod,
     Cancelled,
     CellExited,
-    DeadlineTick,
     ErrorCode,
-    GuestMessage,
     HostedSettled,
     LegEvent,
     LegOutcome,
@@ -68,59 +64,7 @@ class SettleLoop:
         #: Nested calls waiting for the run's first slot (the store answers asynchronously).
         self._awaiting_slot: list[PendingRequest] = []
         self._tasks: list[asyncio.Future[object]] = []
-        #: The settle loop's context while it waits on an empty queue (:meth:`next_event`), else ``None``.
-        self._parked: contextvars.Context | None = None
-        #: What handling an event in its sender's turn raised; the settle loop raises it.
-        self._raised: Exception | None = None
         self._log: FilteringBoundLogger = log.bind(run_id=run.run_id, session_id=run.session_id, agent_run_id=run.agent_run_id, tool_call_id=run.tool_call_id)
-
-    # ------------------------------------------------------------ events in their sender's turn
-    async def next_event(self) -> LegEvent:
-        """The queue's next event; while the queue is empty, :meth:`take_now` may handle events without it."""
-        events = self.ports.events
-        if not events.empty():
-            return events.get_nowait()
-        self._parked = contextvars.copy_context()
-        try:
-            return await events.get()
-        finally:
-            self._parked = None
-
-    def take_now(self, event: LegEvent) -> bool:
-        """Handles ``event`` at once, in the settle loop's context, when the loop waits on an empty queue.
-
-        One task wake of the loop less per tool result and per guest request (issue 15). Only
-        events whose handling awaits nothing qualify: a tool result, and a guest message other
-        than ``end``, the stream's end and a long request (read in a worker). The handling is the
-        settle loop's own (:meth:`handle_now`), so the order of events and every check are as
-        if the loop had read it from the queue. A failure, or an outcome that ends the leg, wakes
-        the loop, which raises or returns it.
-
-        Returns:
-            False when the event must be queued (the loop is busy, or events wait before it).
-        """
-        parked = self._parked
-        if parked is None or not self.ports.events.empty():
-            return False
-        if isinstance(event, GuestMessage):
-            message = event.message
-            kind = message.WhichOneof("message") if message is not None else "end"
-            if kind == "end" or (kind == "request" and is_long_request(message.request)):  # type: ignore[union-attr]
-                return False
-        elif not isinstance(event, ToolOutcome):
-            return False
-        try:
-            woken = parked.run(self.handle_now, event)
-        except Exception as exc:  # noqa: BLE001 - raised by the settle loop, as if it had handled the event
-            self._raised, woken = exc, True
-        if woken:
-            self.ports.events.put_nowait(DeadlineTick())  # the loop looks again (its tick handling re-checks)
-        return True
-
-    def handle_now(self, event: LegEvent) -> bool:
-        """Handles a tool result without the cell (the leg adds guest messages); True: the settle loop must look again."""
-        self.on_runtime_event(event, asyncio.get_running_loop().time())
-        return False
 
     # ------------------------------------------------------------ tasks
     def _spawn(self, coro: Coroutine[object, object, object]) -> asyncio.Future[object]:

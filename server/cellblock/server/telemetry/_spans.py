@@ -78,11 +78,6 @@ def start_tool_call(run: Run, p: PendingRequest) -> None:
         run: The run; ``exec_span_context`` may be unset (tracing off).
         p: The request; ``nested_call_id`` and ``entry`` are set.
     """
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        # No SDK installed: the tracer's spans are the API's invalid no-op span whatever it is
-        # given, so the attributes, links and parent are not built for each call (issue 15).
-        run.tool_spans[p.nested_call_id] = (trace.INVALID_SPAN, time.monotonic())
-        return
     current = trace.get_current_span().get_span_context()
     parent: SpanContext | None = getattr(run, "exec_span_context", None)
     if parent is None or not parent.is_valid:
