@@ -67,3 +67,33 @@ async def test_a_final_value_and_output_with_a_lone_surrogate_complete(client: C
     result = await client.exec(scope, tool_call_id="sg-final", code=code, handlers={})
     assert (result.status, result.code) == ("completed", None), result.raw_json
     assert result.value == "\ud800"
+
+
+async def echo_length(tool_input: Any, call: Any) -> Any:
+    return {"len": len(tool_input["s"]), "first": ord(tool_input["s"][0])}
+
+
+async def test_a_tool_input_and_a_search_query_with_a_lone_surrogate_pass_through(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo_length")])
+    code = 'const found = await tools.search("\\ud800 echo"); const r = await tools.callValue("host:core:echo_length", {s: "\\udc00x"}); return [found.length > 0, r];'
+    result = await client.exec(scope, tool_call_id="sg-input", code=code, handlers={"host:core:echo_length": echo_length})
+    assert (result.status, result.code) == ("completed", None), result.raw_json
+    assert result.value == [True, {"len": 2, "first": 0xDC00}]
+
+
+async def test_a_schema_with_a_lone_surrogate_registers_and_runs(client: CellblockClient, scope: Scope) -> None:
+    # Registration JSON is the client's: a lone surrogate in a schema's description reaches the
+    # guest's declarations (the Start message) and describe's reply.
+    schema = {"type": "object", "properties": {"s": {"type": "string", "description": "a\ud800b"}}}
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo_length", parameters=schema)])
+    code = 'const d = await tools.describe("host:core:echo_length"); return d.parameters.properties.s.description === "a\\ud800b";'
+    result = await client.exec(scope, tool_call_id="sg-schema", code=code, handlers={"host:core:echo_length": echo_length})
+    assert result.code not in INTERNAL, result.raw_json
+    assert (result.status, result.value) == ("completed", True), result.raw_json
+
+
+async def test_a_thrown_error_with_a_lone_surrogate_is_the_guests_failure(client: CellblockClient, scope: Scope) -> None:
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="lone")])
+    result = await client.exec(scope, tool_call_id="sg-throw", code='throw new Error("bad \\ud800 text");', handlers={})
+    assert (result.status, result.failure_phase) == ("failed", "guest"), result.raw_json
+    assert "bad" in result.error, result.raw_json
