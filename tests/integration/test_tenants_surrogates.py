@@ -1,9 +1,9 @@
-"""Lone UTF-16 surrogates in JSON text never reach the service's internals (issue 11 class 2, SPEC §0.3 item 7).
+r"""Lone UTF-16 surrogates in JSON text never reach the service's internals (issue 11 class 2, SPEC §0.3 item 7).
 
-Real service, real cells. JSON text may spell a lone surrogate (``"\\ud800"``); Python's decoder
+Real service, real cells. JSON text may spell a lone surrogate (``"\ud800"``); Python's decoder
 yields a str that cannot be encoded as UTF-8, so it must never reach a proto string, the run
 store or a log line. Program text and run ids holding one are refused as ``invalid_input``
-([E11], [W09]); ids a guest passes are refused with their text escaped ([B28]); data values
+([E11], [W09]); ids a guest passes get their usual refusal with the id escaped; data values
 pass through.
 """
 

@@ -110,11 +110,11 @@ def test_validate_wait(arguments: str, expected: object) -> None:
 def test_a_source_with_a_lone_surrogate_is_refused(key: str) -> None:
     """SPEC §5.1 item 5, §0.3 item 7: the cell reads UTF-8 only, so a lone surrogate is [E11], never sent."""
     for source in ("return '\\ud800'", "x\\udfffy", "\\ud800" * 341):
-        arguments = '{"%s": "%s"}' % (key, source)
+        arguments = '{"' + key + '": "' + source + '"}'
         assert validate_exec(arguments, enabled=True, languages=["javascript"], force_restart_safe=False, max_source_bytes=1024) == InputFailure(m.E11)
     # A pair spelt as escapes is one character; an escape inside the program's own text is ASCII.
     for source, kept in (("\\ud83d\\ude00", "\U0001f600"), ("\\\\ud800", "\\ud800")):
-        result = validate_exec('{"code": "%s"}' % source, enabled=True, languages=["javascript"], force_restart_safe=False, max_source_bytes=1024)
+        result = validate_exec('{"code": "' + source + '"}', enabled=True, languages=["javascript"], force_restart_safe=False, max_source_bytes=1024)
         assert result == ValidatedExec(kept, "javascript", False)
 
 

@@ -6,8 +6,8 @@ produces ([B13], [B15], [B22], and [B14] when the guest refuses first) are writt
 SPEC id in upper case (``E01``, ``B04``) for a fixed text, in lower case (``e05()``,
 ``b07()``) for a function that fills a text's placeholders. Echoed guest text (`<text>`,
 `<name>`, `<path>`, `<selector>`, and the `<tool>` of R03) is cut to
-:data:`~cellblock.server.limits.ECHO_MAX_CHARS` characters by :func:`echo`, which also writes its
-lone UTF-16 surrogates as ``\\uXXXX`` (:mod:`._unicode`, SPEC §0.3 item 7).
+:data:`~cellblock.server.limits.ECHO_MAX_CHARS` characters by :func:`echo`, which also escapes its
+lone UTF-16 surrogates (:mod:`._unicode`, SPEC §0.3 item 7).
 
 The texts of §14.4 (host replies) and §14.5 (bridge protocol) live in :mod:`._replies` and are
 re-exported here: callers import every §14 text from this package.

@@ -86,6 +86,16 @@ def _counts(value: Any) -> bool:
     return isinstance(value, str) and js_trim(value) != ""
 
 
+def _source_failure(source: str, max_source_bytes: int) -> InputFailure | None:
+    """[E09] for a source over ``max_source_bytes`` UTF-8 bytes, [E11] for one with a lone surrogate, else ``None``."""
+    source_bytes = len(source.encode("utf-8", "surrogatepass"))
+    if source_bytes > max_source_bytes:
+        return InputFailure(m.e09(source_bytes, max_source_bytes))
+    if m.has_lone_surrogate(source):
+        return InputFailure(m.E11)  # the cell reads UTF-8 only (SPEC §0.3 item 7)
+    return None
+
+
 def validate_exec(
     arguments_json: str,
     *,
@@ -125,11 +135,9 @@ def validate_exec(
         source = code
     else:
         return InputFailure(m.E03)
-    source_bytes = len(str(source).encode("utf-8", "surrogatepass"))
-    if source_bytes > max_source_bytes:
-        return InputFailure(m.e09(source_bytes, max_source_bytes))
-    if m.has_lone_surrogate(str(source)):
-        return InputFailure(m.E11)  # the cell reads UTF-8 only (SPEC §0.3 item 7)
+    refused = _source_failure(str(source), max_source_bytes)
+    if refused is not None:
+        return refused
     language = arguments.get("language")
     if language is None:
         language = "javascript" if "javascript" in languages else languages[0]
