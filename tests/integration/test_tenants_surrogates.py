@@ -40,17 +40,21 @@ async def test_a_run_id_with_a_lone_surrogate_is_refused_as_input(client: Cellbl
 
 
 @pytest.mark.parametrize(
-    "call",
-    ['tools.describe("\\ud800")', 'tools.callValue("host:core:\\ud800", {})', 'tools.call("host:core:x\\udc00y", {})'],
+    ("call", "shown"),
+    [
+        ('tools.describe("\\ud800")', "\\ud800"),
+        ('tools.callValue("host:core:\\ud800", {})', "host:core:\\ud800"),
+        ('tools.call("host:core:x\\udc00y", {})', "host:core:x\\udc00y"),
+    ],
 )
-async def test_a_guest_id_with_a_lone_surrogate_is_refused_to_the_guest(client: CellblockClient, scope: Scope, call: str) -> None:
+async def test_a_guest_id_with_a_lone_surrogate_is_refused_to_the_guest(client: CellblockClient, scope: Scope, call: str, shown: str) -> None:
     await client.put_catalog(scope, [Tool(source="host", owner="core", name="lone")])
     code = f"try {{ await {call}; return 'no error'; }} catch (e) {{ return [e.code, e.message]; }}"
     result = await client.exec(scope, tool_call_id="sg-id", code=code, handlers={"host:core:lone": lone})
     assert result.status == "completed", result.raw_json
     code_, message = result.value
     assert code_ not in INTERNAL, result.raw_json
-    assert "\\ud" in message or "\\udc00" in message, message
+    assert message.startswith(f"Unknown tool: {shown}."), result.raw_json  # [B07], the id escaped
 
 
 async def test_a_tool_result_with_a_lone_surrogate_passes_through(client: CellblockClient, scope: Scope) -> None:
@@ -97,3 +101,14 @@ async def test_a_thrown_error_with_a_lone_surrogate_is_the_guests_failure(client
     result = await client.exec(scope, tool_call_id="sg-throw", code='throw new Error("bad \\ud800 text");', handlers={})
     assert (result.status, result.failure_phase) == ("failed", "guest"), result.raw_json
     assert "bad" in result.error, result.raw_json
+
+
+async def test_a_suspended_run_keeps_a_lone_surrogate_through_the_run_store(client: CellblockClient, scope: Scope) -> None:
+    # The yield reason, a pending call's input and the output are stored while the run waits (SPEC §10.7).
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo_length")])
+    code = 'text("a\\udc00"); const p = tools.callValue("host:core:echo_length", {s: "\\ud800"}); const y = await yield_control("why \\ud800"); return [y, await p];'
+    first = await client.exec(scope, tool_call_id="sg-yield", code=code, handlers={"host:core:echo_length": echo_length})
+    assert first.status == "waiting", first.raw_json
+    done = await client.wait(scope, tool_call_id="sg-yield-w", run_id=first.run_id, handlers={"host:core:echo_length": echo_length})
+    assert (done.status, done.code) == ("completed", None), done.raw_json
+    assert done.value == [{"status": "yielded", "reason": "why \ud800"}, {"len": 1, "first": 0xD800}]
