@@ -22,6 +22,7 @@ A ``tools/call`` of ``exec`` or ``wait`` is one cellblock leg:
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from collections.abc import Callable
 from typing import Any, Literal
@@ -88,14 +89,41 @@ def entry_json(entry: OutputEntry) -> dict[str, Any]:
     }
 
 
+#: A ``\\uXXXX`` escape of a lone UTF-16 surrogate in JSON text (not one half of an escaped pair, not after an escaped backslash).
+_LONE_ESCAPE = re.compile(
+    r"(?<!\\)((?:\\\\)*)(\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+def encodable_json(text: str) -> str:
+    r"""JSON text whose lone-surrogate escapes (``"\ud800"``) are U+FFFD escapes (SPEC §3.7 item 4).
+
+    The service's JSON may spell a lone UTF-16 surrogate a guest made; decoded, it is a ``str``
+    the MCP SDK cannot write as UTF-8 JSON, so the structured copies the front door decodes
+    replace it. The text itself (the result's text content) is already valid UTF-8 and kept.
+
+    Args:
+        text: JSON text (ASCII escapes for lone surrogates, as compact JSON writes them).
+
+    Returns:
+        ``text`` with each such escape replaced by ``\ufffd``; ``text`` itself when it has none.
+    """
+    return _LONE_ESCAPE.sub(r"\1\\ufffd", text) if "\\u" in text else text
+
+
 def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: ASCII JSON, its escape replaced
+        return encodable_json(json.dumps(value, separators=(",", ":")))
+    return text
 
 
 def tool_result(result: RunResult) -> types.CallToolResult:
     """The MCP tool result of one leg: the model-facing JSON verbatim (SPEC §3.7 item 4)."""
     try:
-        structured = json.loads(result.raw_json)
+        structured = json.loads(encodable_json(result.raw_json))
     except ValueError:
         structured = None
     meta = {"cellblock/traceId": result.trace_id} if result.trace_id else None

@@ -12,7 +12,7 @@ import pytest
 from cellblock.client import OutputEntry, RunResult
 from cellblock.frontdoor import build_parser, entry_json, tool_result
 from cellblock.frontdoor._cli import _front_door_settings
-from cellblock.frontdoor._door import _allows
+from cellblock.frontdoor._door import _allows, _compact
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -70,3 +70,14 @@ def test_the_console_script_names_the_entry_point() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     module, _, name = scripts["cellblock"].partition(":")
     assert getattr(importlib.import_module(module), name) is importlib.import_module("cellblock.frontdoor").main
+
+
+def test_a_result_with_a_lone_surrogate_is_written_as_utf8_json() -> None:
+    # The service writes a guest's lone surrogate as an escape; decoded, the MCP SDK could not write it.
+    raw = '{"status":"completed","value":["\\ud800","\\ud83d\\ude00","\\\\ud800","x\\udc00"],"output":[]}'
+    result = tool_result(RunResult(status="completed", raw_json=raw))
+    assert result.content[0].text == raw  # the text content is kept verbatim
+    assert result.structured_content == {"status": "completed", "value": ["\ufffd", "\U0001f600", "\\ud800", "x\ufffd"], "output": []}
+    json.loads(result.model_dump_json(by_alias=True))  # raised PydanticSerializationError before
+    assert _compact({"a": "\ud800é"}) == '{"a":"\\ufffd\\u00e9"}'
+    assert _compact({"a": "é"}) == '{"a":"é"}'

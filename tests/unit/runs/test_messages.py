@@ -38,6 +38,20 @@ def test_placeholders() -> None:
     assert m.p03("bridge:call:1") == "duplicate bridge id: bridge:call:1"
 
 
+def test_lone_surrogates_are_found_and_escaped() -> None:
+    """SPEC §0.3 item 7: the one helper pair every path uses."""
+    assert [m.has_lone_surrogate(t) for t in ("", "abc", "é😀", "\ud800", "a\udfffb", "\ud83d\ude00")] == [False, False, False, True, True, True]
+    assert m.escape_lone_surrogates("a\ud800b\uDC00é😀") == "a\\ud800b\\udc00é😀"
+    text = "plain é"
+    assert m.escape_lone_surrogates(text) is text
+
+
+def test_echoed_guest_text_has_its_lone_surrogates_escaped() -> None:
+    assert m.p04("MCP.\ud800") == "unknown namespace path: MCP.\\ud800"
+    assert m.b19("host:core:x\udc00").encode("utf-8") == b'Tool "host:core:x\\udc00" was cancelled before it returned.'
+    assert m.echo("\ud800" * 300) == "\\ud800" * 200  # cut first (200 code points), then escaped
+
+
 def test_echoed_guest_text_is_cut_to_200_characters() -> None:
     long = "😀" * 250
     assert m.p04(long) == "unknown namespace path: " + "😀" * 200

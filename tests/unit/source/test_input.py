@@ -76,7 +76,7 @@ def test_validate_exec(
     assert result == expected
 
 
-@pytest.mark.parametrize(("source", "fits"), [("x" * 1024, True), ("x" * 1025, False), ("é" * 512, True), ("é" * 513, False), ("\ud800" * 341, True), ("\ud800" * 342, False)])
+@pytest.mark.parametrize(("source", "fits"), [("x" * 1024, True), ("x" * 1025, False), ("é" * 512, True), ("é" * 513, False), ("\ud800" * 342, False)])
 def test_validate_exec_bounds_the_program_size_in_utf8_bytes(source: str, fits: bool) -> None:
     """SPEC §5.1, §2.3: a program over the size bound is [E09], naming its size and the bound."""
     arguments = json.dumps({"command": source})
@@ -104,6 +104,24 @@ def test_validate_exec_bounds_the_program_size_in_utf8_bytes(source: str, fits: 
 )
 def test_validate_wait(arguments: str, expected: object) -> None:
     assert validate_wait(arguments) == expected
+
+
+@pytest.mark.parametrize("key", ["code", "command"])
+def test_a_source_with_a_lone_surrogate_is_refused(key: str) -> None:
+    """SPEC §5.1 item 5, §0.3 item 7: the cell reads UTF-8 only, so a lone surrogate is [E11], never sent."""
+    for source in ("return '\\ud800'", "x\\udfffy", "\\ud800" * 341):
+        arguments = '{"' + key + '": "' + source + '"}'
+        assert validate_exec(arguments, enabled=True, languages=["javascript"], force_restart_safe=False, max_source_bytes=1024) == InputFailure(m.E11)
+    # A pair spelt as escapes is one character; an escape inside the program's own text is ASCII.
+    for source, kept in (("\\ud83d\\ude00", "\U0001f600"), ("\\\\ud800", "\\ud800")):
+        result = validate_exec('{"code": "' + source + '"}', enabled=True, languages=["javascript"], force_restart_safe=False, max_source_bytes=1024)
+        assert result == ValidatedExec(kept, "javascript", False)
+
+
+@pytest.mark.parametrize("arguments", ['{"runId": "run_\\ud800"}', '{"run_id": " \\udc00 "}', '{"runId": 1, "run_id": "run_a\\udbffb"}'])
+def test_a_run_id_with_a_lone_surrogate_is_refused(arguments: str) -> None:
+    """SPEC §5.2 item 2: no run id has one and the run store cannot take it: [W09], before any lookup."""
+    assert validate_wait(arguments) == InputFailure(m.W09)
 
 
 def test_js_trim_matches_ecmascript() -> None:

@@ -10,6 +10,8 @@ import re
 from itertools import accumulate
 from typing import Any, TypeVar
 
+from cellblock.server.messages import escape_lone_surrogates
+
 _T = TypeVar("_T")
 
 
@@ -194,7 +196,6 @@ _FLOAT_MARK = re.compile(r"[0-9]\.0(?![0-9])|[0-9][eE]|[NI]")
 # Substrings of every such float (``5.0``, ``1e+16``, ``NaN``); found by a fast substring search,
 # they tell whether strings need stripping to look for floats.
 _FLOAT_SUBSTRINGS = (".0", "e+", "e-", "NaN", "Infinity")
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def compact_json(value: Any) -> str:
@@ -226,9 +227,7 @@ def compact_json(value: Any) -> str:
             text = json.dumps(_js_floats(value), ensure_ascii=False, separators=(",", ":"), check_circular=False)
         except _NeedsSlowPath:
             return _slow_compact_json(value)
-    if not text.isascii() and not _encodes(text):
-        text = _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    return text
+    return escape_lone_surrogates(text)
 
 
 def _js_floats(value: Any) -> Any:
@@ -256,15 +255,6 @@ def _js_floats(value: Any) -> Any:
             out[key] = _js_floats(item)
         return out
     return value
-
-
-def _encodes(text: str) -> bool:
-    """Tells whether ``text`` has no lone surrogate (it encodes as UTF-8)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class _NeedsSlowPath(Exception):  # noqa: N818 - control flow

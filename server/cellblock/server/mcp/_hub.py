@@ -20,6 +20,7 @@ import structlog
 from mcp import Client, MCPError, StdioServerParameters
 from mcp_types import INVALID_PARAMS
 
+from cellblock.server import messages as msg
 from cellblock.server.catalog import CatalogEntry, compact_json
 from cellblock.server.mcp._config import McpServerConfig
 from cellblock.server.runs import ToolOutcome
@@ -264,7 +265,7 @@ class McpHub:
                 raise
             except MCPError as exc:
                 kind = "invalid_input" if exc.code == INVALID_PARAMS else "failed"
-                outcome = ToolOutcome(nested_call_id, error_kind=kind, error_message=f"MCP server {entry.owner}: {exc.message}"[:2000])
+                outcome = ToolOutcome(nested_call_id, error_kind=kind, error_message=msg.escape_lone_surrogates(f"MCP server {entry.owner}: {exc.message}"[:2000]))
                 bound.warning("mcp.call_failed", code=exc.code, error=exc.message[:300], duration_ms=int((time.monotonic() - started) * 1000))
             except Exception as exc:  # noqa: BLE001 - any transport/validation fault is a failed call
                 outcome = ToolOutcome(nested_call_id, error_kind="failed", error_message=f"MCP server {entry.owner} failed: {exc.__class__.__name__}")

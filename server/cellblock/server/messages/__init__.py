@@ -6,7 +6,8 @@ produces ([B13], [B15], [B22], and [B14] when the guest refuses first) are writt
 SPEC id in upper case (``E01``, ``B04``) for a fixed text, in lower case (``e05()``,
 ``b07()``) for a function that fills a text's placeholders. Echoed guest text (`<text>`,
 `<name>`, `<path>`, `<selector>`, and the `<tool>` of R03) is cut to
-:data:`~cellblock.server.limits.ECHO_MAX_CHARS` characters by :func:`echo`.
+:data:`~cellblock.server.limits.ECHO_MAX_CHARS` characters by :func:`echo`, which also escapes its
+lone UTF-16 surrogates (:mod:`._unicode`, SPEC §0.3 item 7).
 
 The texts of §14.4 (host replies) and §14.5 (bridge protocol) live in :mod:`._replies` and are
 re-exported here: callers import every §14 text from this package.
@@ -18,6 +19,8 @@ from cellblock.server.limits import MAX_SCOPE_ID_CHARS, SUSPENDED_RUN_CAP, SYNTA
 
 from ._replies import *  # noqa: F403 (the §14.4-§14.5 texts, listed in _replies.__all__)
 from ._replies import echo
+from ._unicode import escape_lone_surrogates as escape_lone_surrogates
+from ._unicode import has_lone_surrogate as has_lone_surrogate
 
 # §14.1 exec and wait arguments (invalid_input, phase input).
 E01 = "exec input must be a JSON object."
@@ -31,6 +34,10 @@ E06 = (
 E07 = "restartSafe must be true or false."
 E08 = "code mode is disabled on this cellblock service."
 E10 = "exec input is nested too deeply to read; send a JSON object whose code field is a string."
+E11 = (
+    "code holds a lone UTF-16 surrogate (a \\uD800-\\uDFFF escape without its pair), which cannot be sent to the cell; "
+    "write it as a \\u escape inside a JavaScript string literal instead."
+)
 
 
 def e09(source_bytes: int, limit_bytes: int) -> str:
@@ -55,6 +62,7 @@ W05 = "this run belongs to a different agent run; only the agent run that starte
 W06 = "this run is already being resumed by another wait; let that call return first."
 W07 = "wait input is nested too deeply to read; send a JSON object whose runId field is a string."
 W08 = f"runId is longer than {MAX_SCOPE_ID_CHARS} characters; pass the runId of the waiting result unchanged."
+W09 = "runId holds a lone UTF-16 surrogate, which no run id has; pass the runId of the waiting result unchanged."
 
 # §14.2 Source preparation (invalid_input, phase input).
 S01 = (

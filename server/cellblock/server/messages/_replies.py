@@ -11,6 +11,8 @@ from typing import Literal
 
 from cellblock.server.limits import ECHO_MAX_CHARS, MAX_SEARCH_QUERY_CHARS, MAX_VALUE_DEPTH
 
+from ._unicode import escape_lone_surrogates
+
 __all__ = [
     "B01",
     "B02",
@@ -42,15 +44,17 @@ __all__ = [
 
 
 def echo(text: str) -> str:
-    """Cuts echoed guest text to at most 200 characters.
+    r"""Cuts echoed guest text to at most 200 characters and makes it encodable.
 
     Args:
-        text: Text taken from the guest (a path, id, name or selector).
+        text: Text taken from the guest (a path, id, name or selector), possibly decoded
+            from JSON with lone UTF-16 surrogates in it.
 
     Returns:
-        The first 200 code points of ``text`` (all of it when shorter).
+        The first 200 code points of ``text`` (all of it when shorter), each lone surrogate
+        then written as ``\uXXXX`` (SPEC §0.3 item 7), so the message always encodes as UTF-8.
     """
-    return text[:ECHO_MAX_CHARS]
+    return escape_lone_surrogates(text[:ECHO_MAX_CHARS])
 
 
 # §14.4 Host replies seen by the guest (rejected promises).

@@ -417,7 +417,9 @@ class Leg(LegEnding):
         if result.ok:
             settle = bpb.Settle(bridge_id=p.bridge_id, ok_json=result.payload)
         else:
-            settle = bpb.Settle(bridge_id=p.bridge_id, error=bpb.BridgeError(message=result.payload, code=result.code))
+            # Every reply text is encodable (SPEC §0.3 item 7): echoed ids are escaped where they are
+            # made (msg.echo); this also covers a text a schema or a check library put in.
+            settle = bpb.Settle(bridge_id=p.bridge_id, error=bpb.BridgeError(message=msg.escape_lone_surrogates(result.payload), code=result.code))
         self._bridge.send(bpb.AttachResponse(settle=settle))
 
     # ---------------------------------------------------------- output/end

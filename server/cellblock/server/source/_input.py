@@ -86,6 +86,16 @@ def _counts(value: Any) -> bool:
     return isinstance(value, str) and js_trim(value) != ""
 
 
+def _source_failure(source: str, max_source_bytes: int) -> InputFailure | None:
+    """[E09] for a source over ``max_source_bytes`` UTF-8 bytes, [E11] for one with a lone surrogate, else ``None``."""
+    source_bytes = len(source.encode("utf-8", "surrogatepass"))
+    if source_bytes > max_source_bytes:
+        return InputFailure(m.e09(source_bytes, max_source_bytes))
+    if m.has_lone_surrogate(source):
+        return InputFailure(m.E11)  # the cell reads UTF-8 only (SPEC §0.3 item 7)
+    return None
+
+
 def validate_exec(
     arguments_json: str,
     *,
@@ -106,7 +116,7 @@ def validate_exec(
 
     Returns:
         The validated source, language and effective restartSafe, or the first
-        failure ([E08], [E01]–[E07], [E09]).
+        failure ([E08], [E01]–[E07], [E09], [E11]: a source with a lone UTF-16 surrogate).
     """
     if enabled is False:
         return InputFailure(m.E08)
@@ -125,9 +135,9 @@ def validate_exec(
         source = code
     else:
         return InputFailure(m.E03)
-    source_bytes = len(str(source).encode("utf-8", "surrogatepass"))
-    if source_bytes > max_source_bytes:
-        return InputFailure(m.e09(source_bytes, max_source_bytes))
+    refused = _source_failure(str(source), max_source_bytes)
+    if refused is not None:
+        return refused
     language = arguments.get("language")
     if language is None:
         language = "javascript" if "javascript" in languages else languages[0]
@@ -157,7 +167,8 @@ def validate_wait(arguments_json: str) -> str | InputFailure:
         The trimmed run id (``runId`` when it is a non-blank string, else ``run_id``),
         or a failure with [W01] (not a JSON object), [W02] (no usable run id) or [W08]
         (a run id longer than :data:`~cellblock.server.limits.MAX_SCOPE_ID_CHARS`: no run
-        has one, and it never reaches the store or a log line).
+        has one, and it never reaches the store or a log line) or [W09] (a run id with a lone
+        UTF-16 surrogate: no run has one, and the store cannot take it).
     """
     arguments = _arguments(arguments_json, m.W01, m.W07)
     if isinstance(arguments, InputFailure):
@@ -166,5 +177,7 @@ def validate_wait(arguments_json: str) -> str | InputFailure:
         value = arguments.get(key)
         if _counts(value):
             run_id = js_trim(str(value))
-            return InputFailure(m.W08) if len(run_id) > MAX_SCOPE_ID_CHARS else run_id
+            if len(run_id) > MAX_SCOPE_ID_CHARS:
+                return InputFailure(m.W08)
+            return InputFailure(m.W09) if m.has_lone_surrogate(run_id) else run_id
     return InputFailure(m.W02)
