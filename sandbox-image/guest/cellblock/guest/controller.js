@@ -423,8 +423,16 @@
   const counters = record(config.bridgeCounters);
   let hostWork = 0;
 
-  function refuse(message) {
+  // A request the controller refuses itself (SPEC §8.2 items 3-4) takes the
+  // method's next id like a sent one, is recorded with the host (no answer
+  // comes) and returns the Error, whose provenance is that id's (§8.2 item 6).
+  function refuseRequest(method, refusal, message) {
+    const n = (counters[method] || 0) + 1;
+    counters[method] = n;
+    const id = "bridge:" + method + ":" + n;
     const err = new ErrorCtor(message);
+    call(weakSet, provenance, err, id);
+    hostSend(id, method, "", refusal, n);
     return err;
   }
 
@@ -434,19 +442,20 @@
     return method;
   }
 
-  function request(method, args) {
+  // Makes one bridge request and returns its promise. A request refused in
+  // the cell rejects that promise, or with `throwRefusal` (setTimeout: no
+  // promise reaches the program) is thrown to the caller instead.
+  function request(method, args, throwRefusal) {
     let resolveFn;
     let rejectFn;
     const promise = new PromiseCtor((res, rej) => { resolveFn = res; rejectFn = rej; });
-    if (hostWork >= limits.maxPendingToolCalls) {
-      const err = refuse("too many pending host calls (limit " + limits.maxPendingToolCalls + "); await some before starting more.");
-      const n = (counters[method] || 0) + 1;
-      counters[method] = n;
-      const id = "bridge:" + method + ":" + n;
-      call(weakSet, provenance, err, id);
-      hostSend(id, method, "", "pending_cap", n);
+    const refused = (err) => {
+      if (throwRefusal) throw err;
       rejectFn(err);
       return promise;
+    };
+    if (hostWork >= limits.maxPendingToolCalls) {
+      return refused(refuseRequest(method, "pending_cap", "too many pending host calls (limit " + limits.maxPendingToolCalls + "); await some before starting more."));
     }
     // Each argument crosses as its own JSON-safe value (SPEC §8.8 rule 4).
     const safeArgs = [];
@@ -454,44 +463,25 @@
       // An argument over the inbox alone is refused [B22] as soon as that is known.
       const safe = jsonSafe(args[i], limits.replyInboxBytes);
       if (safe === TOO_LARGE) {
-        const n = (counters[method] || 0) + 1;
-        counters[method] = n;
-        const id = "bridge:" + method + ":" + n;
-        const err = refuse("this " + method + " request is over " + limits.replyInboxBytes + " bytes, more than the bridge accepts (" + limits.replyInboxBytes + " bytes); send less data.");
-        call(weakSet, provenance, err, id);
-        hostSend(id, method, "", "too_large", n);
-        rejectFn(err);
-        return promise;
+        return refused(refuseRequest(method, "too_large", "this " + method + " request is over " + limits.replyInboxBytes + " bytes, more than the bridge accepts (" + limits.replyInboxBytes + " bytes); send less data."));
       }
       if (safe === TOO_DEEP) {
         // [B23], recorded by the host with input provenance like its own.
-        const n = (counters[method] || 0) + 1;
-        counters[method] = n;
-        const id = "bridge:" + method + ":" + n;
-        const err = refuse("this " + method + " request is nested too deeply for the bridge (at most " + MAX_VALUE_DEPTH + " levels of arrays and objects); send flatter data.");
-        call(weakSet, provenance, err, id);
-        hostSend(id, method, "", "too_deep", n);
-        rejectFn(err);
-        return promise;
+        return refused(refuseRequest(method, "too_deep", "this " + method + " request is nested too deeply for the bridge (at most " + MAX_VALUE_DEPTH + " levels of arrays and objects); send flatter data."));
       }
       if (safe === undefined) {
-        rejectFn(new TypeErrorCtor(helperName(method) + " could not turn its argument into JSON or text."));
-        return promise;
+        return refused(new TypeErrorCtor(helperName(method) + " could not turn its argument into JSON or text."));
       }
       append(safeArgs, safe);
     }
     const text = "[" + call(arrayJoin, safeArgs, ",") + "]";
+    const size = utf8Length(text);
+    if (size > limits.replyInboxBytes) {
+      return refused(refuseRequest(method, "too_large", "this " + method + " request is " + size + " bytes, more than the bridge accepts (" + limits.replyInboxBytes + " bytes); send less data."));
+    }
     const n = (counters[method] || 0) + 1;
     counters[method] = n;
     const id = "bridge:" + method + ":" + n;
-    const size = utf8Length(text);
-    if (size > limits.replyInboxBytes) {
-      const err = refuse("this " + method + " request is " + size + " bytes, more than the bridge accepts (" + limits.replyInboxBytes + " bytes); send less data.");
-      call(weakSet, provenance, err, id);
-      hostSend(id, method, "", "too_large", n);
-      rejectFn(err);
-      return promise;
-    }
     hostWork += 1;
     call(mapSet, pending, id, { resolve: resolveFn, reject: rejectFn, method });
     hostSend(id, method, text, "");
@@ -508,10 +498,13 @@
     let d = NumberCtor(delay);
     if (!isFiniteFn(d) || d < 0 || d !== d) d = 0;
     d = mathFloor(d);
+    // A timer the cell refuses (the pending cap, SPEC §8.9 item 3) throws its
+    // [B13] here: it would never fire, and nothing else could tell the program.
     const timerId = nextTimerId++;
+    const settled = request("timer", [d], true);
     const entry = { fn, args, cleared: false };
     call(mapSet, timers, timerId, entry);
-    thenSafe(request("timer", [d]), () => {
+    thenSafe(settled, () => {
       call(mapDelete, timers, timerId);
       if (entry.cleared) return;
       try {
@@ -630,13 +623,7 @@
   // B14/B15 are refused here, before any request; the host records the
   // rejection with input provenance (SPEC §8.5 item 6, §8.2 item 6).
   function refuseNamespace(message) {
-    const n = (counters.namespace || 0) + 1;
-    counters.namespace = n;
-    const id = "bridge:namespace:" + n;
-    const err = refuse(message);
-    call(weakSet, provenance, err, id);
-    hostSend(id, "namespace", "", "namespace_arguments", n);
-    return rejected(err);
+    return rejected(refuseRequest("namespace", "namespace_arguments", message));
   }
 
   function namespaceFunction(tool) {
