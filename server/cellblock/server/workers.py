@@ -196,7 +196,7 @@ class CpuPool:
             return result
 
     def _retire(self, small: bool, pool: pebble.ProcessPool) -> None:
-        """Replaces a lane's pool whose worker kept too much memory: the next call starts a fresh one.
+        """Replaces a lane's pool whose worker kept too much memory with a fresh one (its workers start now).
 
         The old pool is closed, not stopped: calls running on its other workers (other
         tenants') finish there, then its processes exit.
@@ -208,6 +208,7 @@ class CpuPool:
         log.info("worker.retired", lane="small" if small else "large", limit_mib=WORKER_RSS_LIMIT_BYTES >> 20)
         pool.close()  # type: ignore[no-untyped-call]
         threading.Thread(target=pool.join, name="cpu-pool-retire", daemon=True).start()
+        self._ensure(small).schedule(int)  # the fresh workers spawn now, not inside the next call's budget
 
     async def _run(self, pool: pebble.ProcessPool, fn: Callable[..., T], args: tuple[Any, ...], large: bool, budget_s: float) -> tuple[T, bool]:
         if budget_s <= 0:
