@@ -7,7 +7,10 @@ below live blocks, where glibc never returns it unasked.
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -31,6 +34,15 @@ def churn(properties: int) -> int:
     _KEPT.append(f"kept {len(_KEPT)}")  # allocated above the parsed schema: the heap's top cannot shrink past it
     more = json.loads(text)
     return len(parsed["properties"]) + len(more["properties"])
+
+
+class Decoded(dict[str, int]):
+    """A call's result the service process can watch go (a ``dict`` subclass takes weak references)."""
+
+
+def decode(n: int) -> Decoded:
+    """A large call's result, as a registration's decoded catalog."""
+    return Decoded(n=n)
 
 
 def hold(mib: int) -> int:
@@ -60,3 +72,17 @@ async def test_a_worker_that_keeps_too_much_is_replaced_after_its_call(pool: Cpu
     assert await pool.run(hold, (WORKER_RSS_LIMIT_BYTES // MIB) + 20, budget_s=60, size=LARGE) > 0  # the call itself completes
     after = await pool.run(resident_bytes, budget_s=60, size=LARGE)  # runs on a fresh worker
     assert after - baseline < 60 * MIB, (baseline // MIB, after // MIB)
+
+
+async def test_the_service_process_lets_go_of_a_large_calls_arguments_and_result(pool: CpuPool) -> None:
+    result = await pool.run(decode, 7, budget_s=60, size=LARGE)
+    assert result == {"n": 7}
+    gone = weakref.ref(result)
+    del result
+    for _ in range(50):  # the no-op call that follows it reaches pebble's scheduler thread
+        gc.collect()
+        if gone() is None:
+            break
+        await asyncio.sleep(0.02)
+    # pebble's scheduler thread kept the last call (its arguments and result) until the next one.
+    assert gone() is None

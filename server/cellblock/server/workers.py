@@ -91,6 +91,18 @@ def _measured(fn: Callable[..., T], args: tuple[Any, ...], large: bool) -> tuple
     return result, False
 
 
+def _let_go(pool: pebble.ProcessPool) -> None:
+    """Sends ``pool`` a no-op call so that its scheduler thread lets go of the last one.
+
+    pebble's scheduler loop keeps the last call it scheduled in a local variable until the next
+    arrives, and with it that call's arguments and result: after a large registration the
+    service kept its 33 MB request and the decoded catalog (hundreds of MiB) after the catalog
+    was deleted. A large-lane call is followed by this one (a worker's millisecond).
+    """
+    with contextlib.suppress(RuntimeError):  # the pool was closed meanwhile: its threads end
+        pool.schedule(int)
+
+
 class CpuPool:
     """A bounded pool of worker processes with a time budget per call, in two lanes, shared fairly by scopes.
 
@@ -193,6 +205,8 @@ class CpuPool:
             result, retire = await self._run(pool, fn, args, not small, stop_waiting - loop.time() if one_budget else budget_s)
             if retire:
                 self._retire(small, pool)
+            elif not small:
+                _let_go(pool)
             return result
 
     def _retire(self, small: bool, pool: pebble.ProcessPool) -> None:
