@@ -5,6 +5,10 @@ A real service process (``python -m cellblock.server``): registers three catalog
 prints the RSS of the service process and each worker process (MiB) at start, after the
 registrations and after the idle wait. Run: ``python -m bench.catalog_memory``
 (``BENCH_IDLE_S``: seconds idle, default 120).
+
+Measured (60 s idle, a loaded 2-core machine): before, the service 131 -> 560 MiB and its
+worker at 776 MiB; with the workers' trim, retirement and ``_let_go``, 131 -> 132 MiB and a
+fresh 24 MiB worker.
 """
 
 from __future__ import annotations
