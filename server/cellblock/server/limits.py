@@ -156,6 +156,22 @@ def max_source_bytes(memory_limit_bytes: int) -> int:
     return min(MAX_SOURCE_BYTES, memory_limit_bytes // 16)
 
 
+def max_guest_catalog_bytes(memory_limit_bytes: int) -> int:
+    """Returns the largest guest catalog (the ``Start`` message's catalog JSON) a cell installs at a memory limit.
+
+    The cell holds the catalog's text, its parsed form and the strings the controller builds
+    from it: installing an 11.3 MB catalog took 36 MB of linear memory, and a 30 MB one did
+    not fit 64 MiB (SPEC §3.2 item 8, [C04]).
+
+    Args:
+        memory_limit_bytes: A cell memory limit in bytes.
+
+    Returns:
+        ``floor(memory_limit_bytes / 4)`` UTF-8 bytes (16 MiB at the default 64 MiB).
+    """
+    return memory_limit_bytes // 4
+
+
 # --- Other fixed limits ---------------------------------------------------------------------
 
 ECHO_MAX_CHARS = 200

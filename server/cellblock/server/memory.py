@@ -85,6 +85,15 @@ def trim_free_memory() -> None:
         _LIBC.malloc_trim(0)
 
 
+def resident_bytes() -> int:
+    """This process's resident set size in bytes (``/proc/self/statm``); 0 where there is no ``/proc``."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def freeze_startup_heap() -> int:
     """Exempts every object alive now from the garbage collector's full collections; returns their count.
 

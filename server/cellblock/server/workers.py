@@ -35,6 +35,7 @@ import pebble
 import structlog
 
 from cellblock.server.limits import SMALL_JOB_CHARS
+from cellblock.server.memory import resident_bytes, trim_free_memory, tune_allocator
 
 log = structlog.get_logger("cellblock.workers")
 
@@ -43,6 +44,8 @@ T = TypeVar("T")
 #: Worker processes in the pool (``CELLBLOCK_CPU_WORKERS``, 1 … 64). Default: half the cores, at least 1, at most 4.
 DEFAULT_WORKERS = max(1, min(4, (os.cpu_count() or 2) // 2))
 
+#: A worker whose resident memory stays above this after a trim is retired (its lane's pool is replaced).
+WORKER_RSS_LIMIT_BYTES = 320 << 20
 
 
 class WorkBudgetExceeded(Exception):  # noqa: N818 - a condition, not a fault
@@ -71,6 +74,33 @@ class _Turns:
 
     slots: asyncio.Semaphore
     users: int = 0
+
+
+def _measured(fn: Callable[..., T], args: tuple[Any, ...], large: bool) -> tuple[T, bool]:
+    """Runs ``fn(*args)`` in the worker; returns its result and whether the worker holds too much memory to keep.
+
+    After a call whose input was large, or when the worker's RSS is past
+    :data:`WORKER_RSS_LIMIT_BYTES`, the worker hands its free heap pages back
+    (``malloc_trim``); a worker still past the limit asks to be retired. A small call on a
+    worker within the limit costs one read of ``/proc/self/statm`` (microseconds).
+    """
+    result = fn(*args)
+    if large or resident_bytes() > WORKER_RSS_LIMIT_BYTES:
+        trim_free_memory()
+        return result, resident_bytes() > WORKER_RSS_LIMIT_BYTES
+    return result, False
+
+
+def _let_go(pool: pebble.ProcessPool) -> None:
+    """Sends ``pool`` a no-op call so that its scheduler thread lets go of the last one.
+
+    pebble's scheduler loop keeps the last call it scheduled in a local variable until the next
+    arrives, and with it that call's arguments and result: after a large registration the
+    service kept its 33 MB request and the decoded catalog (hundreds of MiB) after the catalog
+    was deleted. A large-lane call is followed by this one (a worker's millisecond).
+    """
+    with contextlib.suppress(RuntimeError):  # the pool was closed meanwhile: its threads end
+        pool.schedule(int)
 
 
 class CpuPool:
@@ -135,7 +165,7 @@ class CpuPool:
         with self._lock:
             pool = self._pools.get(small)
             if pool is None or not pool.active:
-                pool = pebble.ProcessPool(max_workers=1 if small else self.workers, context=multiprocessing.get_context("spawn"))
+                pool = pebble.ProcessPool(max_workers=1 if small else self.workers, initializer=tune_allocator, context=multiprocessing.get_context("spawn"))
                 self._pools[small] = pool
             return pool
 
@@ -171,12 +201,33 @@ class CpuPool:
         busy = WorkBudgetExceeded if one_budget else WorkerBusy
         async with self._gate(small, tenant, stop_waiting - loop.time(), busy), self._gate(small, _WORKERS, stop_waiting - loop.time(), busy):
             # A worker is free: pebble starts the call now and counts ``timeout`` from then.
-            return await self._run(self._ensure(small), fn, args, stop_waiting - loop.time() if one_budget else budget_s)
+            pool = self._ensure(small)
+            result, retire = await self._run(pool, fn, args, not small, stop_waiting - loop.time() if one_budget else budget_s)
+            if retire:
+                self._retire(small, pool)
+            elif not small:
+                _let_go(pool)
+            return result
 
-    async def _run(self, pool: pebble.ProcessPool, fn: Callable[..., T], args: tuple[Any, ...], budget_s: float) -> T:
+    def _retire(self, small: bool, pool: pebble.ProcessPool) -> None:
+        """Replaces a lane's pool whose worker kept too much memory with a fresh one (its workers start now).
+
+        The old pool is closed, not stopped: calls running on its other workers (other
+        tenants') finish there, then its processes exit.
+        """
+        with self._lock:
+            if self._pools.get(small) is not pool:
+                return  # already replaced
+            del self._pools[small]
+        log.info("worker.retired", lane="small" if small else "large", limit_mib=WORKER_RSS_LIMIT_BYTES >> 20)
+        pool.close()  # type: ignore[no-untyped-call]
+        threading.Thread(target=pool.join, name="cpu-pool-retire", daemon=True).start()
+        self._ensure(small).schedule(int)  # the fresh workers spawn now, not inside the next call's budget
+
+    async def _run(self, pool: pebble.ProcessPool, fn: Callable[..., T], args: tuple[Any, ...], large: bool, budget_s: float) -> tuple[T, bool]:
         if budget_s <= 0:
             raise WorkBudgetExceeded
-        future = pool.schedule(fn, args=args, timeout=budget_s)
+        future = pool.schedule(_measured, args=(fn, args, large), timeout=budget_s)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout=budget_s + 0.5)
         except (FutureTimeoutError, TimeoutError):

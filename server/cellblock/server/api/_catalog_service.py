@@ -15,7 +15,8 @@ from cellblock.server.api._failures import WithWire, keeping_wire
 from cellblock.server.api._scope import page_start, require_scope
 from cellblock.server.api._state import ServiceState
 from cellblock.server.catalog import CatalogRegistrationError, ParsedTools, parse_tools
-from cellblock.server.limits import MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS
+from cellblock.server.config import Limits
+from cellblock.server.limits import MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS, max_guest_catalog_bytes
 from cellblock.server.runs import CancelReason, RunRegistry
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
@@ -141,6 +142,10 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
                 prepared = PreparedView(view, namespace, part, schema_texts, model, entries_json, catalog_bytes)
             else:
                 prepared = await prepare_view(view, schema_texts, self._cpu, total, scope)
+            bound = max_guest_catalog_bytes(Limits.default.memory_limit_bytes)
+            if prepared.catalog_bytes > bound:
+                # Every exec of the scope would fail R09 installing it (SPEC §3.2 item 8).
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, msg.c04(prepared.catalog_bytes, bound))
             target.catalog, target.schema_texts, target.entry_wire = staged, schema_texts, entry_wire
             target.set_prepared(prepared, total)
         except CatalogRegistrationError as exc:

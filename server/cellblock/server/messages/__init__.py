@@ -151,6 +151,16 @@ def c01(budget_ms: int) -> str:
 
 C02 = "registration refused: its schemas stopped the schema checker before it finished; register smaller or simpler schemas. Nothing was applied."
 
+
+
+def c04(catalog_bytes: int, bound: int) -> str:
+    """[C04]: the catalog's guest data is larger than a cell at the default memory limit installs (SPEC §3.2 item 8)."""
+    return (
+        f"registration refused: the catalog's guest data would be {catalog_bytes} bytes, more than the {bound} bytes a cell installs at the default"
+        " memory limit; register fewer or smaller tool schemas. Nothing was applied."
+    )
+
+
 c03 = a03
 """[C03]: a tool's ``owner``, ``name`` or ``label`` longer than its cap (SPEC §3.2 item 3); the text of [A03]."""
 
