@@ -414,12 +414,9 @@ class Leg(LegEnding):
         assert self._bridge is not None and p.result is not None
         result = p.result
         self.run_.pending.pop(p.bridge_id, None)
-        if result.ok:
-            settle = bpb.Settle(bridge_id=p.bridge_id, ok_json=result.payload)
-        else:
-            # Every reply text is encodable (SPEC §0.3 item 7): echoed ids are escaped where they are
-            # made (msg.echo); this also covers a text a schema or a check library put in.
-            settle = bpb.Settle(bridge_id=p.bridge_id, error=bpb.BridgeError(message=msg.escape_lone_surrogates(result.payload), code=result.code))
+        # A reply text is always encodable (SPEC §0.3 item 7), even one a schema or check library wrote.
+        error = None if result.ok else bpb.BridgeError(message=msg.escape_lone_surrogates(result.payload), code=result.code)
+        settle = bpb.Settle(bridge_id=p.bridge_id, ok_json=result.payload) if error is None else bpb.Settle(bridge_id=p.bridge_id, error=error)
         self._bridge.send(bpb.AttachResponse(settle=settle))
 
     # ---------------------------------------------------------- output/end
