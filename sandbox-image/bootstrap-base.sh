@@ -45,6 +45,12 @@ unmount_below() {
     [ -z "$mounts" ] || printf '%s\n' "$mounts" | xargs -r -n1 umount -l
 }
 
+# One build of this rootfs at a time: two at once (two checkouts' `make image`) delete each other's
+# downloads. The lock is released when this script exits.
+mkdir -p "$(dirname "$rootfs")"
+exec 9>"$rootfs.lock"
+flock 9
+
 if [ "${CELLBLOCK_REBUILD_ROOTFS:-0}" = 1 ] || ! rootfs_complete "$rootfs"; then
     if ! command -v debootstrap >/dev/null 2>&1; then
         command -v apt-get >/dev/null 2>&1 || die "debootstrap is not installed and apt-get is not available"
@@ -56,9 +62,18 @@ if [ "${CELLBLOCK_REBUILD_ROOTFS:-0}" = 1 ] || ! rootfs_complete "$rootfs"; then
     mkdir -p "$(dirname "$rootfs")"
     unmount_below "$partial"
     rm -rf --one-file-system "$partial"
-    say "debootstrap $suite (minbase + python3) from $mirror into $partial (about a minute)"
-    debootstrap --variant=minbase --include=python3 "$suite" "$partial" "$mirror" \
-        || { unmount_below "$partial"; die "debootstrap failed (see $partial/debootstrap/debootstrap.log)"; }
+    # A mirror's failed downloads can leave a run that no retry inside debootstrap recovers
+    # ("file already exists" on extraction): start over from an empty directory, three times at most.
+    for attempt in 1 2 3; do
+        say "debootstrap $suite (minbase + python3) from $mirror into $partial (about a minute; attempt $attempt of 3)"
+        debootstrap --variant=minbase --include=python3 "$suite" "$partial" "$mirror" && break
+        unmount_below "$partial"
+        [ "$attempt" -lt 3 ] || die "debootstrap failed 3 times (see $partial/debootstrap/debootstrap.log)"
+        say "debootstrap failed; last lines of its log:"
+        tail -n 5 "$partial/debootstrap/debootstrap.log" >&2 || true
+        rm -rf --one-file-system "$partial"
+        sleep 5
+    done
     unmount_below "$partial"
     rootfs_complete "$partial" || die "debootstrap finished but $partial has no python3"
     unmount_below "$rootfs"

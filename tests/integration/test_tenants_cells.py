@@ -21,7 +21,7 @@ import pytest_asyncio
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server import messages
 from cellblock.server.app import ServerSettings, Service, start_service
-from cellblock.server.limits import SOURCE_BUDGET_MS
+from cellblock.server.limits import SMALL_JOB_CHARS, SOURCE_BUDGET_MS
 from cellblock.server.workers import CpuPool
 from tests.integration.conftest import IMAGE
 from tests.support.cells import cell_dirs, state_dir_in
@@ -245,48 +245,45 @@ async def test_a_pool_hit_leg_asks_the_engine_for_no_exit_waiter(make_service: A
     assert not [w for w in waited if w[:12] == pooled[result.metadata.cell_id]], "the pool-hit leg started an exit waiter of its own"
 
 
-#: Other scopes' programs that fill the worker pool: each takes its worker 1-2 s idle and 3-5 s at
-#: load 7-10 to prepare ("0;" repeated, 300 KB), four of them at least 6 s together: longer than the
-#: source preparation budget (5 s) on a fast machine as on a loaded one.
-FILLERS, FILLER = 4, "0;" * 150_000 + "return 1;"
-#: A program of 20 KB (the large lane, as the fillers): about 0.1-0.3 s of preparation.
+#: How long another scope's call holds the pool's one large-lane worker (s): longer than the source
+#: preparation budget (5 s) by a margin no machine's scheduling closes. (Before, four queued 300 KB
+#: programs held it, 1-2 s each idle: on a fast machine the small program got the worker within 1.5 s.)
+HOLD_S = SOURCE_BUDGET_MS / 1000.0 + 1.5
+#: A program of 20 KB (the large lane): about 0.1-0.3 s of preparation.
 SMALL_PROGRAM = "0;" * 10_000 + "return 7;"
 
 
-async def _behind_fillers(svc: Service, cell_wait_ms: int) -> tuple[Any, float]:
-    """Execs :data:`SMALL_PROGRAM` once other scopes' :data:`FILLERS` hold the pool's one large-lane worker and its queue."""
+async def _behind_a_held_worker(svc: Service, pool: CpuPool, cell_wait_ms: int) -> tuple[Any, float]:
+    """Execs :data:`SMALL_PROGRAM` while another tenant's call holds the pool's one large-lane worker for :data:`HOLD_S`."""
     async with await CellblockClient.connect(svc.address) as client:
-        scopes = [Scope(f"filler-{i}-{cell_wait_ms}", "fill") for i in range(FILLERS)] + [Scope(f"small-{cell_wait_ms}", "fill")]
-        for scope in scopes:
-            await client.put_catalog(scope, [Tool(source="host", name="noop")])
-        limits = LimitOverrides(timeout_ms=30000)
-        fillers = [asyncio.ensure_future(client.exec(scope, tool_call_id="f", code=FILLER, handlers={}, limits=limits)) for scope in scopes[:-1]]
-        await asyncio.sleep(0.5)  # the fillers are queued first
+        scope = Scope(f"small-{cell_wait_ms}", "fill")
+        await client.put_catalog(scope, [Tool(source="host", name="noop")])
+        holder = asyncio.ensure_future(pool.run(time.sleep, HOLD_S, budget_s=HOLD_S + 30, size=SMALL_JOB_CHARS + 1, tenant=("other", "scope")))
+        await asyncio.sleep(0.3)  # the holder has the worker first
         started = time.monotonic()
-        result = await client.exec(scopes[-1], tool_call_id="s", code=SMALL_PROGRAM, handlers={}, limits=limits)
+        result = await client.exec(scope, tool_call_id="s", code=SMALL_PROGRAM, handlers={}, limits=LimitOverrides(timeout_ms=30000))
         waited = time.monotonic() - started
-        await asyncio.gather(*fillers)
+        await holder
     return result, waited
 
 
 async def test_a_programs_preparation_budget_is_its_own_not_the_pools_queue(make_service: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Before, the 5 s budget counted the wait for a worker: a 20 KB program queued behind four other
+    # Before, the 5 s budget counted the wait for a worker: a 20 KB program queued behind other
     # scopes' preparations failed with [S05] ("the program is too large ... to check").
     pool = CpuPool(1)
     monkeypatch.setattr("cellblock.server.runs._runner.cpu_pool", lambda: pool)
     try:
         svc = await make_service(warm_pool=0, cell_wait_ms=120_000)
-        result, waited = await _behind_fillers(svc, 120_000)
+        result, waited = await _behind_a_held_worker(svc, pool, 120_000)
         assert waited > SOURCE_BUDGET_MS / 1000.0, waited  # it did wait longer than the budget for a worker
         assert (result.status, result.value) == ("completed", 7), result.raw_json
         # A wait longer than the cell wait is the service's business, never the program's: [R24].
         svc = await make_service(warm_pool=0, cell_wait_ms=1000)
-        result, waited = await _behind_fillers(svc, 1000)
+        result, waited = await _behind_a_held_worker(svc, pool, 1000)
         assert (result.status, result.code, result.error) == ("failed", "runtime_unavailable", messages.r24(1000)), result.raw_json
         assert waited < 5, waited
     finally:
         pool.close()
-
 
 
 def _slow_engine(svc: Service, delay_s: float) -> list[bool]:
