@@ -9,12 +9,14 @@ run left ``RUNNING``.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import grpc
 import pytest
 
 from cellblock.client import CellblockClient, Scope, Tool
+from cellblock.server import messages
 from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import common_pb2
@@ -101,21 +103,46 @@ async def test_an_uncaught_deep_tool_input_is_invalid_input(client: CellblockCli
     assert result.error.startswith("Error: this callValue request is nested too deeply for the bridge"), result.raw_json
 
 
-@pytest.mark.parametrize("depth", DEPTHS)
-async def test_a_deep_tool_result_is_refused_to_the_guest(client: CellblockClient, scope: Scope, depth: int) -> None:
-    async def deep(tool_input: Any, call: Any) -> Any:
-        return {"details": "[" * depth + "]" * depth}  # a string: the runtime sends text, nesting comes from JSON below
+async def _raw_result_exec(service: Any, scope: Scope, code: str, ok_json: str) -> dict[str, Any]:
+    """Runs ``code`` over a raw Exec stream, answering its one ToolCall with ``ok_json`` verbatim; returns the Result's JSON.
 
-    async def deep_json(tool_input: Any, call: Any) -> Any:
-        value: Any = 0
-        for _ in range(min(depth, 900)):
-            value = [value]
-        return {"details": value}
+    A runtime in any language can send text no Python handler can produce, such as JSON nested 100,000 deep.
+    """
+    start = cpb.ExecRequest(start=cpb.ExecStart(scope=common_pb2.Scope(session_id=scope.session_id, agent_run_id=scope.agent_run_id), tool_call_id="raw", arguments_json=json.dumps({"code": code})))
+    queue: asyncio.Queue[cpb.ExecRequest] = asyncio.Queue()
+    await queue.put(start)
 
-    code = 'try { const r = await tools.callValue("client:app:deep", {}); return typeof r; } catch (e) { return "refused: " + e.message; }'
-    for handler in (deep, deep_json):
-        result = await _exec(client, scope, code, {"client:app:deep": handler})
-        assert result.status == "completed", result.raw_json
+    async def requests() -> Any:
+        while True:
+            yield await queue.get()
+
+    async with grpc.aio.insecure_channel(service.address, options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
+        call = channel.stream_stream("/cellblock.v1.CodeModeService/Exec", request_serializer=cpb.ExecRequest.SerializeToString, response_deserializer=cpb.ExecResponse.FromString)
+        stream = call(requests())
+        async for response in stream:
+            if response.HasField("tool_call"):
+                await queue.put(cpb.ExecRequest(tool_result=cpb.ToolResult(nested_call_id=response.tool_call.nested_call_id, ok_json=ok_json)))
+            elif response.HasField("result"):
+                stream.cancel()
+                return dict(json.loads(response.result.result_json))
+    raise AssertionError("the Exec stream ended without a Result")
+
+
+# A result at the bound (its details at LIMIT) is delivered; one level more is refused with [B29] on every
+# path: read on the loop (up to 64 KiB) and in a worker (beyond), at any depth. Before, a result past the
+# parser's recursion limit was "not valid JSON" and one between 257 and about 950 levels was delivered.
+@pytest.mark.parametrize(("depth", "pad"), [(LIMIT, 0), (LIMIT, 70_000), (LIMIT + 1, 0), (LIMIT + 1, 70_000), (3000, 0), (20_000, 0), (100_000, 0)])
+async def test_a_deep_tool_result_is_refused_to_the_guest_with_b29(service: Any, client: CellblockClient, scope: Scope, depth: int, pad: int) -> None:
+    await client.put_catalog(scope, [Tool(source="client", owner="app", name="deep")])
+    details = "[" * depth + "0" + "]" * depth
+    ok_json = '{"pad":"' + "x" * pad + '","details":' + details + "}"
+    code = 'try { const r = await tools.callValue("client:app:deep", {}); let d = 0; for (let v = r; Array.isArray(v); v = v[0]) d++; return d; } catch (e) { return "refused: " + e.message; }'
+    result = await asyncio.wait_for(_raw_result_exec(service, scope, code, ok_json), timeout=60)
+    assert result["status"] == "completed", result
+    if depth <= LIMIT:
+        assert result["value"] == depth, result
+    else:
+        assert result["value"] == "refused: " + messages.b29("client:app:deep"), result
     await _no_run_left(client, scope)
 
 

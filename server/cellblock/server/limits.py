@@ -255,6 +255,14 @@ holding them one level more; on the loop or in a worker) get [B23], a final valu
 output entry is dropped and logged (SPEC §8.4 item 6).
 """
 
+MAX_RESULT_DEPTH = MAX_VALUE_DEPTH + 1
+"""Deepest nesting of a runtime's tool result the host delivers to a cell (JSON levels, [B29] deeper).
+
+The result object holding a ``details`` value at :data:`MAX_VALUE_DEPTH` (SPEC §3.4 item 5):
+whatever the guest is given it could send on (§8.8 rule 7), and the host reads it exactly at
+any depth past it (``strict_json(text, MAX_RESULT_DEPTH)``), never "not valid JSON".
+"""
+
 SMALL_JOB_CHARS = 16 * 1024
 """Worker inputs up to this many characters use the small lane of the worker pool."""
 

@@ -44,7 +44,7 @@ from cellblock.server.catalog import (
     view_state,
 )
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.limits import LARGE_JSON_BUDGET_MS, REGISTRATION_BUDGET_MS
+from cellblock.server.limits import LARGE_JSON_BUDGET_MS, MAX_RESULT_DEPTH, REGISTRATION_BUDGET_MS
 from cellblock.server.runs import BridgeMethod, JsonText, PreparedResult, ResolvedCall, ToolErrorKind, ToolOutcome, make_telemetry, portable, start_catalog_part
 from cellblock.server.workers import CpuPool
 
@@ -270,9 +270,7 @@ class RunCatalog:
             BridgeReplyError: Failure replies, oversized or malformed results, output
                 contract violations.
         """
-        entry = call.entry
-        # In tool messages <id> is the guest path for namespace calls (SPEC §14).
-        label = call.label
+        entry, label = call.entry, call.label  # in tool messages <id> is the guest path for namespace calls (SPEC §14)
         if outcome.oversized_bytes > 0:
             raise BridgeReplyError(msg.b12(label, outcome.oversized_bytes, inbox_bytes), "internal")
         if outcome.ok_json is None:
@@ -291,9 +289,9 @@ class RunCatalog:
         if size > inbox_bytes:
             raise BridgeReplyError(msg.b12(label, size, inbox_bytes), "internal")
         try:
-            result = strict_json(outcome.ok_json)
-        except (ValueError, RecursionError):
-            raise BridgeReplyError(msg.not_json(label), "internal") from None
+            result = strict_json(outcome.ok_json, MAX_RESULT_DEPTH)
+        except (ValueError, RecursionError) as exc:
+            raise BridgeReplyError(msg.b29(label) if isinstance(exc, RecursionError) else msg.not_json(label), "internal") from None
         check_output_contract(entry, result)
         if method == BridgeMethod.CALL:
             return {"tool": entry.compact(), "result": result}
@@ -324,6 +322,8 @@ def _project_prepared(method: str, call: ResolvedCall, prepared: PreparedResult,
         raise BridgeReplyError(msg.b12(label, prepared.size, inbox_bytes), "internal")
     if prepared.overran:
         raise BridgeReplyError(msg.b26(label, len(ok_json), LARGE_JSON_BUDGET_MS), "internal")
+    if prepared.too_deep:
+        raise BridgeReplyError(msg.b29(label), "internal")
     if not prepared.valid:
         raise BridgeReplyError(msg.not_json(label), "internal")
     if entry.output_validator is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from cellblock.server.limits import ECHO_MAX_CHARS, MAX_SEARCH_QUERY_CHARS, MAX_VALUE_DEPTH
+from cellblock.server.limits import ECHO_MAX_CHARS, MAX_RESULT_DEPTH, MAX_SEARCH_QUERY_CHARS, MAX_VALUE_DEPTH
 
 from ._unicode import escape_lone_surrogates
 
@@ -33,6 +33,7 @@ __all__ = [
     "b24",
     "b25",
     "b26",
+    "b29",
     "echo",
     "not_json",
     "p01",
@@ -128,6 +129,11 @@ def b11(tool_id: str) -> str:
 def b12(tool_id: str, result_bytes: int, inbox_bytes: int) -> str:
     """Returns [B12]: a tool result larger than the reply inbox."""
     return f'Tool "{echo(tool_id)}" returned {result_bytes} bytes, more than this cell accepts ({inbox_bytes} bytes); ask for less data.'
+
+
+def b29(tool_id: str) -> str:
+    """[B29]: a runtime's tool result nested deeper than ``MAX_RESULT_DEPTH`` (its ``details`` deeper than the value nesting bound, SPEC §8.8 rule 7); not delivered."""
+    return f'Tool "{echo(tool_id)}" returned a result nested deeper than {MAX_RESULT_DEPTH} levels of arrays and objects; ask for flatter data.'
 
 
 def not_json(tool_id: str) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cellblock.server.catalog import BridgeReplyError, CatalogEntry, check_input_contract, check_output_contract, compile_schema, strict_json
-from cellblock.server.limits import INLINE_JSON_CHARS, MAX_VALUE_DEPTH
+from cellblock.server.limits import INLINE_JSON_CHARS, MAX_RESULT_DEPTH, MAX_VALUE_DEPTH
 from cellblock.server.runs._output import JsonText, NotSerializableError, compact_json, final_marker
 
 __all__ = ["InputCheck", "JsonText", "PreparedResult", "args_checked_in_worker", "args_in_worker", "input_check_in_worker", "final_marker_in_worker", "portable", "read_final_value", "result_in_worker"]
@@ -179,6 +179,7 @@ class PreparedResult:
         contract: For the entry id named, whether ``details`` match its ``outputSchema``
             (SPEC §8.4 item 2); ``None`` when no contract was checked.
         overran: The worker did not read it within its budget (or died): the guest gets [B26].
+        too_deep: It nests deeper than ``MAX_RESULT_DEPTH`` levels (``valid`` is then False): the guest gets [B29].
     """
 
     size: int
@@ -187,6 +188,7 @@ class PreparedResult:
     details: str | None = None
     contract: tuple[str, bool] | None = None
     overran: bool = False
+    too_deep: bool = False
 
 
 def result_in_worker(ok_json: str, entry: CatalogEntry | None) -> PreparedResult:
@@ -198,10 +200,12 @@ def result_in_worker(ok_json: str, entry: CatalogEntry | None) -> PreparedResult
     """
     size = len(ok_json.encode("utf-8", "surrogatepass"))
     try:
-        value: Any = strict_json(ok_json)
+        value: Any = strict_json(ok_json, MAX_RESULT_DEPTH)
         result = compact_json(value)
         details = compact_json(value["details"]) if isinstance(value, dict) and "details" in value else None
-    except (ValueError, RecursionError):  # NotSerializableError is a ValueError
+    except RecursionError:
+        return PreparedResult(size, False, too_deep=True)
+    except ValueError:  # NotSerializableError is a ValueError
         return PreparedResult(size, False)
     contract = None
     if entry is not None and entry.output_schema is not None:

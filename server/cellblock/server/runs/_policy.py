@@ -298,7 +298,7 @@ def record_tool_outcome(run: Run, outcome: ToolOutcome, now: float) -> PendingRe
         value = run.view.project_result(p.method, p.call, outcome, reply_inbox_bytes(run))
     except RecursionError:
         end_tool_call(run, p.nested_call_id, "error", "too_deep")
-        reject(run, p, msg.not_json(label), Provenance.INTERNAL, "", now)
+        reject(run, p, msg.b29(label), Provenance.INTERNAL, "", now)
         return p
     except BridgeReplyError as exc:
         end_tool_call(run, p.nested_call_id, "error", outcome.error_kind if outcome.ok_json is None else f"refused_{exc.provenance}")
