@@ -117,6 +117,10 @@ def test_duplicate_ids_fail() -> None:
         ({"allow": "read"}, "allow must be a list of strings"),
         ({"deny": [1]}, "deny must be a list of strings"),
         ({"direct_tool_names": {"a": 1}}, "directToolNames must be a list of strings"),
+        # No item longer than the longest id can match; a list longer than a registration's tools is refused too.
+        ({"allow": ["ok", "x" * 521]}, "allow item 1 is longer than 520 characters (the longest tool id)"),
+        ({"deny": ["x" * 5_000_000]}, "deny item 0 is longer than 520 characters (the longest tool id)"),
+        ({"direct_tool_names": ["ok"] * 10_001}, "directToolNames has 10001 items, more than 10000"),
     ],
 )
 def test_malformed_registration_fields(kwargs: dict[str, Any], problem: str) -> None:

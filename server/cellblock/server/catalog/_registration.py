@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from cellblock.server import messages as msg
-from cellblock.server.limits import MAX_TOOL_IDENTIFIER_CHARS
+from cellblock.server.limits import MAX_CATALOG_ID_CHARS, MAX_TOOL_IDENTIFIER_CHARS, MAX_TOOLS_PER_REQUEST
 
 from ._bounded import schema_problem
 from ._contracts import compile_schema
@@ -259,7 +259,9 @@ def parse_name_list(value: object, field: str) -> tuple[str, ...] | None:
         The items, or ``None`` when the list was not given.
 
     Raises:
-        CatalogRegistrationError: The value is not a list of strings.
+        CatalogRegistrationError: The value is not a list of strings, has more than
+            ``MAX_TOOLS_PER_REQUEST`` items, or an item is longer than any catalog id
+            (``MAX_CATALOG_ID_CHARS``, SPEC §3.2 item 1): such an item could match nothing.
     """
     if value is None:
         return None
@@ -267,4 +269,9 @@ def parse_name_list(value: object, field: str) -> tuple[str, ...] | None:
         raise CatalogRegistrationError(None, f"{field} must be a list of strings")
     if not all(isinstance(item, str) for item in value):
         raise CatalogRegistrationError(None, f"{field} must be a list of strings")
+    if len(value) > MAX_TOOLS_PER_REQUEST:
+        raise CatalogRegistrationError(None, f"{field} has {len(value)} items, more than {MAX_TOOLS_PER_REQUEST}")
+    for index, item in enumerate(value):
+        if len(item) > MAX_CATALOG_ID_CHARS:
+            raise CatalogRegistrationError(None, f"{field} item {index} is longer than {MAX_CATALOG_ID_CHARS} characters (the longest tool id)")
     return tuple(value)
