@@ -13,6 +13,7 @@ from cellblock.client import CellblockClient, Scope, Tool
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import code_mode_service_pb2_grpc as cpb_grpc
 from cellblock.v1 import common_pb2
+from tests.support.cells import ended_without_a_run
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -38,16 +39,6 @@ async def _second_start_when_called(channel: grpc.aio.Channel, kind: str, first:
     return raised.value
 
 
-async def _ended_without_a_run(service: Any, client: CellblockClient, scope: Scope) -> None:
-    for _ in range(50):
-        runs = (await client.list_runs(scope)).runs
-        if not runs and service.state.admission.running == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert runs == [], runs
-    assert service.state.admission.running == 0
-
-
 async def test_a_second_exec_start_mid_stream_is_invalid_argument_a04_and_ends_the_leg(service: Any, client: CellblockClient, scope: Scope) -> None:
     await client.put_catalog(scope, [Tool(source="host", owner="core", name="echo")])
     wire_scope = common_pb2.Scope(session_id=scope.session_id, agent_run_id=scope.agent_run_id)
@@ -60,7 +51,7 @@ async def test_a_second_exec_start_mid_stream_is_invalid_argument_a04_and_ends_t
         error = await _second_start_when_called(channel, "exec", start("first"), start("second"))
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
     assert error.details() == "the Exec stream already had its start message; send start once, as the stream's first message. The leg was ended."
-    await _ended_without_a_run(service, client, scope)
+    await ended_without_a_run(service, client, scope)
     assert asyncio.get_running_loop().time() - started < 7  # the leg's deadline is 8 s (conftest): ended, not timed out
 
 
@@ -76,4 +67,4 @@ async def test_a_second_wait_start_mid_stream_is_invalid_argument_a04(service: A
         error = await _second_start_when_called(channel, "wait", first, second)
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
     assert error.details() == "the Wait stream already had its start message; send start once, as the stream's first message. The leg was ended."
-    await _ended_without_a_run(service, client, scope)
+    await ended_without_a_run(service, client, scope)

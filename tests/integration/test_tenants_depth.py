@@ -20,6 +20,7 @@ from cellblock.server import messages
 from cellblock.server.limits import MAX_VALUE_DEPTH
 from cellblock.v1 import code_mode_service_pb2 as cpb
 from cellblock.v1 import common_pb2
+from tests.support.cells import ended_without_a_run
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -237,11 +238,5 @@ async def test_an_undecodable_message_mid_stream_ends_the_leg_and_parks_nothing(
                 await queue.put(bad)  # the ToolCall arrived
     assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT, raised.value
     # The leg ends at once (its deadline is 10 s away) and leaves no run behind: none parked, none running.
-    for _ in range(50):
-        runs = (await client.list_runs(scope)).runs
-        if not runs and service.state.admission.running == 0:
-            break
-        await asyncio.sleep(0.1)
-    assert runs == [], runs
-    assert service.state.admission.running == 0
+    await ended_without_a_run(service, client, scope)
     assert asyncio.get_running_loop().time() - started < 7  # the leg's deadline is 8 s (conftest)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 
+from cellblock.client import CellblockClient, Scope
 from cellblock.server.app import Service
 from cellblock.server.cells import DockerExecutor
 
@@ -57,3 +59,14 @@ def state_dir_in(socket_dir: str) -> str:
     beside the session's own each need one; inside the socket directory it goes away with it.
     """
     return os.path.join(socket_dir, "state")
+
+
+async def ended_without_a_run(service: Service, client: CellblockClient, scope: Scope) -> None:
+    """Within 5 s, ``scope`` has no run (none parked, none running) and the service holds no leg slot."""
+    for _ in range(50):
+        runs = (await client.list_runs(scope)).runs
+        if not runs and service.state.admission.running == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert runs == [], runs
+    assert service.state.admission.running == 0
