@@ -97,6 +97,38 @@ async def test_a_deep_tool_input_is_refused_to_the_guest(client: CellblockClient
     await _no_run_left(client, scope)
 
 
+#: A tree-shaped host schema (file trees, ASTs): ``x`` is a node whose ``next`` is a node, to any depth.
+_NODE = {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}
+TREE = {"type": "object", "$defs": {"n": _NODE}, "properties": {"x": {"$ref": "#/$defs/n"}}}
+
+
+async def test_a_recursive_schema_checks_inputs_and_results_near_the_nesting_bound(client: CellblockClient, scope: Scope) -> None:
+    # Before, checking a 180-level tree against TREE ran out of Python's recursion limit inside a Rust
+    # extension: its PanicException (a BaseException) escaped every handler, the Exec stream never
+    # answered (the client waited out its own deadline) and the run stayed RUNNING for good.
+    seen: list[Any] = []
+
+    async def tree(tool_input: Any, call: Any) -> Any:
+        seen.append(tool_input)
+        return {"details": tool_input["x"]}
+
+    tools = [Tool(source="host", owner="o", name="tree", parameters=TREE, output_schema={"$defs": {"n": _NODE}, "$ref": "#/$defs/n"})]
+    await client.put_catalog(scope, tools)
+    depth = LIMIT - 6  # the argument {x: v} with v's {} leaf: within the bridge's bound
+    build = f"let v = {{}}; for (let i = 0; i < {depth}; i++) v = {{next: v}}; "
+    count = "let d = 0; for (let n = r; n && n.next; n = n.next) d++; return d;"
+    valid = build + 'try { const r = await tools.callValue("host:o:tree", {x: v}); ' + count + ' } catch (e) { return "refused: " + e.message; }'
+    result = await asyncio.wait_for(client.exec(scope, tool_call_id="tree", code=valid, handlers={"tree": tree}), timeout=60)
+    assert (result.status, result.value, len(seen)) == ("completed", depth, 1), result.raw_json
+    # The same tree with a number at its leaf is refused to the guest with [B10] and its JSON pointer.
+    invalid = build.replace("let v = {}", "let v = {next: 5}") + 'try { await tools.callValue("host:o:tree", {x: v}); return "called"; } catch (e) { return "refused: " + e.message; }'
+    result = await asyncio.wait_for(client.exec(scope, tool_call_id="tree-bad", code=invalid, handlers={"tree": tree}), timeout=60)
+    assert result.status == "completed" and len(seen) == 1, result.raw_json
+    assert result.value.startswith('refused: Tool "host:o:tree" input does not match its parameters: /x/next/next/'), result.value
+    assert "could not be evaluated" not in result.value, result.value
+    await _no_run_left(client, scope)
+
+
 async def test_an_uncaught_deep_tool_input_is_invalid_input(client: CellblockClient, scope: Scope) -> None:
     # The controller's refusal is recorded by the host with input provenance, like its own [B23].
     result = await _exec(client, scope, NEST % 100_000 + 'await tools.callValue("host:core:echo", {v}); return 1;')

@@ -134,7 +134,11 @@ def configure_logging(level: int = logging.INFO) -> None:
         cache_logger_on_first_use=True,
     )
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+    # A library's own log record (grpc's "Exception not handled") gets the same bounded traceback (50 frames,
+    # no locals): a RecursionError's full one was 2,000 lines, and writing it held the loop for 0.7 s.
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(foreign_pre_chain=shared, processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, _DICT_TRACEBACKS, renderer])
+    )
     # Libraries that set their own logger levels (bm25s logs at DEBUG) still
     # pass through this handler's level.
     handler.setLevel(level)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
+import rpds
 
-from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogEntry, check_input_contract, check_output_contract
+from cellblock.server.catalog import BridgeReplyError, Catalog, CatalogEntry, check_input_contract, check_output_contract, is_fault
 from cellblock.server.catalog._errors import CatalogRegistrationError
 
 PARAMETERS = {
@@ -228,3 +231,66 @@ def test_b10_names_at_most_20_arguments_each_cut_to_200_and_cuts_the_pointer() -
     deep_key = "d" * 5000
     problems = input_problem({"a": {deep_key: {deep_key: 1}}}, nested)
     assert problems == f"/a/{deep_key[:197]}: must be string"
+
+
+# A recursive ``$ref`` schema and the bridge's nesting bound: the check has room for it, and a check that
+# still runs out of room, or a Rust extension that panics under it, is a specific refusal, never a crash.
+_NODE = {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}
+TREE = entry({"type": "object", "$defs": {"n": _NODE}, "properties": {"x": {"$ref": "#/$defs/n"}}}, {"$defs": {"n": _NODE}, "$ref": "#/$defs/n"})
+
+
+def _tree(depth: int, leaf: Any = None) -> Any:
+    node: Any = {} if leaf is None else {"next": leaf}
+    for _ in range(depth):
+        node = {"next": node}
+    return node
+
+
+@pytest.mark.parametrize("depth", [180, 257])
+def test_a_recursive_schema_checks_a_tree_at_the_nesting_bound(depth: int) -> None:
+    # At the interpreter's default recursion limit a 180-level tree could not be evaluated.
+    check_input_contract(TREE, {"x": _tree(depth)})
+    check_output_contract(TREE, {"details": _tree(depth)})
+    with pytest.raises(BridgeReplyError) as caught:
+        check_input_contract(TREE, {"x": _tree(depth, leaf=5)})
+    assert caught.value.message.startswith('Tool "host:o:t" input does not match its parameters: /x/next/next/'), caught.value.message
+
+
+def _panic() -> BaseException:
+    """A real pyo3 ``PanicException`` (a ``BaseException``): ``rpds`` panics when a key's ``__eq__`` raises."""
+
+    class Key:
+        def __hash__(self) -> int:
+            return 1
+
+        def __eq__(self, other: object) -> bool:
+            raise RecursionError("maximum recursion depth exceeded")
+
+    try:
+        rpds.HashTrieMap({Key(): 1}).get(Key())
+    except BaseException as exc:  # noqa: BLE001 - the panic is what we want
+        return exc
+    raise AssertionError("rpds did not panic")
+
+
+def test_a_panicking_check_is_a_specific_refusal() -> None:
+    panic = _panic()
+    assert not isinstance(panic, Exception) and is_fault(panic)
+    assert not is_fault(asyncio.CancelledError()) and not is_fault(KeyboardInterrupt())
+
+    class Panicking:
+        schema = TREE.parameters  # no quick acceptance for a $ref schema: the full check runs
+
+        def iter_errors(self, instance: Any) -> Any:
+            raise panic
+
+        def is_valid(self, instance: Any) -> bool:
+            raise panic
+
+    tree = dataclasses.replace(TREE, input_validator=Panicking(), output_validator=Panicking())
+    with pytest.raises(BridgeReplyError) as caught:
+        check_input_contract(tree, {"x": {}})
+    assert caught.value.message == 'Tool "host:o:t" input does not match its parameters: /: the parameters schema could not be evaluated for this input.'
+    with pytest.raises(BridgeReplyError) as caught:
+        check_output_contract(tree, {"details": {}})
+    assert caught.value.message == 'Tool "host:o:t" returned details that do not match its declared outputSchema.'

@@ -6,7 +6,7 @@ import cellblock.server.catalog as catalog
 
 EXPECTED = {
     "BridgeReplyError", "Catalog", "CatalogEntry", "CatalogRegistrationError", "CatalogView", "McpNamespace",
-    "build_namespace", "check_input_contract", "check_output_contract", "compact_json", "exec_description", "js_trim", "strict_json",
+    "build_namespace", "check_input_contract", "check_output_contract", "compact_json", "is_fault", "exec_description", "js_trim", "strict_json",
     # The value nesting bound counted on a text, the host's second layer (SPEC §8.8 rule 7).
     "nests_deeper",
     "tool_surface", "CatalogCounters", "CounterSnapshot", "view_from_state", "view_state", "entry_state",

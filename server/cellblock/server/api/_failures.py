@@ -30,6 +30,7 @@ from google.protobuf.message import DecodeError
 
 from cellblock.server import messages as msg
 from cellblock.server.api._scope import long_id
+from cellblock.server.catalog import is_fault
 from cellblock.server.limits import MAX_SCOPE_ID_CHARS
 from cellblock.server.store import StoreTimeoutError
 
@@ -92,7 +93,7 @@ def _is_abort(exc: BaseException) -> bool:
     return isinstance(exc, grpc.aio.AbortError) or type(exc).__name__ == "AbortError"
 
 
-async def _fail(context: grpc.aio.ServicerContext, exc: Exception, rpc: str) -> None:
+async def _fail(context: grpc.aio.ServicerContext, exc: BaseException, rpc: str) -> None:
     if isinstance(exc, StoreTimeoutError):
         log.error("rpc.store_timeout", rpc=rpc, call=exc.call)
         await context.abort(grpc.StatusCode.UNAVAILABLE, msg.A05)
@@ -134,8 +135,8 @@ def _unary(behavior: Any, rpc: str) -> Any:
         await _check_ids(request, context)
         try:
             return await behavior(request, context)
-        except Exception as exc:
-            if _is_abort(exc):
+        except BaseException as exc:  # a Rust extension's panic too (catalog.is_fault)
+            if _is_abort(exc) or not is_fault(exc):
                 raise
             await _fail(context, exc, rpc)
 
@@ -157,8 +158,8 @@ def _stream(behavior: Any, rpc: str) -> Any:
         try:
             async for item in behavior(checked(), context):
                 yield item
-        except Exception as exc:
-            if _is_abort(exc):
+        except BaseException as exc:  # a Rust extension's panic too (catalog.is_fault)
+            if _is_abort(exc) or not is_fault(exc):
                 raise
             await _fail(context, exc, rpc)
 

@@ -20,6 +20,7 @@ processes). This module exports what the other packages use; tests of the catalo
 internals import the private modules by name (tests/unit/catalog).
 """
 
+from ._bounded import is_fault
 from ._catalog import Catalog, CatalogCounters, CatalogView, CounterSnapshot
 from ._contracts import check_input_contract, check_output_contract, compile_schema
 from ._entries import CatalogEntry
@@ -45,24 +46,25 @@ __all__ = [
     "McpNamespace",
     "ParsedTools",
     "Problem",
+    "SchemaTexts",
+    "SurfaceDefinition",
     "build_namespace",
     "check_input_contract",
-    "checked_registration",
     "check_output_contract",
+    "checked_registration",
     "compact_json",
     "compile_schema",
     "entry_state",
     "exec_description",
     "guest_data",
+    "is_fault",
     "js_trim",
     "nests_deeper",
     "parse_tools",
-    "strict_json",
     "registration_problem",
     "search_model",
-    "SchemaTexts",
+    "strict_json",
     "surface_definitions",
-    "SurfaceDefinition",
     "tool_surface",
     "view_from_state",
     "view_state",

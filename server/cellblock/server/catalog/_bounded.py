@@ -16,6 +16,12 @@ guest-chosen inputs, so their cost must not depend on how hostile the input is:
   thread can wait for a core, and wall time alone would fail a small input for the
   machine's load. The wall clock (cheap to read) decides when the CPU clock is read.
 * Schemas deeper than :data:`MAX_SCHEMA_DEPTH` are refused at registration.
+* A check has room for :data:`CHECK_RECURSION_FRAMES` Python frames beyond its caller's, so a
+  value at the bridge's nesting bound checks against a recursive ``$ref`` schema (about 7 frames
+  a level; at the interpreter's default limit of 1000 a 180-level tree failed, and inside the
+  service the ``RecursionError`` surfaced in a Rust extension as a ``PanicException``, a
+  ``BaseException``, that escaped every handler). :func:`is_fault` tells such a fault
+  (the panic included) from cancellation.
 * Compiled patterns are cached by their text (:class:`SizedLru`), bounded by the total length
   of the patterns, not only their count: 4,096 compiled RE2 objects of 20 KB patterns held
   hundreds of MiB, in the service and in each worker, after their catalogs were deleted.
@@ -23,7 +29,9 @@ guest-chosen inputs, so their cost must not depend on how hostile the input is:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -36,7 +44,7 @@ import re2
 
 from cellblock.server.limits import CONTRACT_BUDGET_MS, MAX_SCHEMA_DEPTH
 
-__all__ = ["ContractBudgetExceeded", "LinearRe", "SizedLru", "budget", "budgeted", "install", "pattern_refusal", "schema_problem"]
+__all__ = ["CHECK_RECURSION_FRAMES", "ContractBudgetExceeded", "LinearRe", "SizedLru", "budget", "budgeted", "install", "pattern_refusal", "schema_problem", "is_fault"]
 
 
 _OPTIONS = re2.Options()
@@ -205,19 +213,49 @@ def _check_deadline() -> None:
 _local = threading.local()
 
 
+#: Python frames a contract check may use beyond its caller's: jsonschema takes about 7 a level of a
+#: recursive ``$ref`` schema, so a value at the bridge's nesting bound (``MAX_VALUE_DEPTH`` + 1 = 257
+#: levels) needs about 1,900; twice that leaves room for schemas that take more a level. Each frame
+#: costs at most a few hundred bytes of the thread's C stack (8 MiB), well within it.
+CHECK_RECURSION_FRAMES = 4000
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(), 0  # noqa: SLF001 - the only way to read the current depth
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+    return depth
+
+
 @contextlib.contextmanager
 def budget(ms: int = CONTRACT_BUDGET_MS) -> Iterator[None]:
     """Runs the enclosed contract check under a budget of ``ms`` milliseconds of this thread's CPU time.
 
     The check overruns when both the wall clock and the thread's CPU clock have passed
-    ``ms`` since the start: waiting for a core (a loaded machine) never fails a check.
+    ``ms`` since the start: waiting for a core (a loaded machine) never fails a check. The
+    interpreter's recursion limit is raised for the check to :data:`CHECK_RECURSION_FRAMES`
+    beyond the current depth (never lowered), and restored after it.
     """
     previous = getattr(_local, "deadline", None)
     _local.deadline = (time.monotonic() + ms / 1000.0, time.thread_time() + ms / 1000.0)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _stack_depth() + CHECK_RECURSION_FRAMES))
     try:
         yield
     finally:
+        sys.setrecursionlimit(limit)
         _local.deadline = previous
+
+
+def is_fault(exc: BaseException) -> bool:
+    """Whether ``exc`` is a fault to report (a check that could not evaluate, a service fault), not a stop.
+
+    Every exception is, and so is a Rust extension's ``PanicException`` (a ``BaseException``:
+    ``rpds``, under ``referencing``, panics when a ``RecursionError`` is raised inside one of
+    its callbacks); cancellation and interpreter exits are not. Callers catch ``BaseException``
+    and re-raise what this refuses.
+    """
+    return not isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit, GeneratorExit))
 
 
 KeywordFn = Callable[[Any, Any, Any, Any], Any]

@@ -17,7 +17,7 @@ from jsonschema.exceptions import SchemaError, ValidationError
 
 from .. import messages as msg
 from ..limits import CONTRACT_BUDGET_MS, LISTED_NAMES_MAX
-from ._bounded import ContractBudgetExceeded, LinearRe, SizedLru, UnsupportedPatternError, budget, budgeted, install, schema_problem
+from ._bounded import ContractBudgetExceeded, LinearRe, SizedLru, UnsupportedPatternError, budget, budgeted, install, is_fault, schema_problem
 from ._errors import BridgeReplyError
 from ._fast_accept import quick_acceptor
 from ._meta_accept import accepts as metaschema_accepts
@@ -368,7 +368,9 @@ def check_input_contract(entry: CatalogEntry, arguments: object) -> None:
             first = next(iter(validator.iter_errors(arguments)), None)
     except ContractBudgetExceeded:
         problems = f"/: checking this input against the parameters schema took longer than {CONTRACT_BUDGET_MS} ms; send a smaller input"
-    except Exception:  # noqa: BLE001 - unresolvable $ref, bad regex, deep recursion
+    except BaseException as exc:  # unresolvable $ref, bad regex, deep recursion (a Rust extension's panic too)
+        if not is_fault(exc):
+            raise
         problems = "/: the parameters schema could not be evaluated for this input"
     else:
         if first is None:
@@ -398,7 +400,9 @@ def check_output_contract(entry: CatalogEntry, result: object) -> None:
         try:
             with budget():
                 valid = validator.is_valid(result["details"])
-        except Exception:  # noqa: BLE001 - an unevaluable schema (or one over its budget) is a mismatch
+        except BaseException as exc:  # an unevaluable schema (or one over its budget) is a mismatch
+            if not is_fault(exc):
+                raise
             valid = False
     if not valid:
         raise BridgeReplyError(msg.b08(entry.id), "internal")

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from cellblock.server import messages as msg
+from cellblock.server.catalog import is_fault
 from cellblock.server.cells import Executor, ScopeCells, WarmPool
 from cellblock.server.config import CodeModeConfig, Limits
 from cellblock.server.limits import DEFAULT_CELL_WAIT_MS, SOURCE_BUDGET_MS
@@ -197,7 +198,9 @@ class Runner:
                 remember_exec_span(run)
                 structlog.contextvars.bind_contextvars(run_id=run.run_id)
                 return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
-            except Exception as exc:  # noqa: BLE001 - every path out of a leg releases what the run holds
+            except BaseException as exc:  # every path out of a leg releases what the run holds (a Rust panic too)
+                if not is_fault(exc):
+                    raise
                 return await self._fault(run, exc, telemetry)
 
     async def _prepare(self, source: str, language: str, scope: tuple[str, str]) -> PreparedSource | InputFailure | None:
@@ -258,7 +261,9 @@ class Runner:
                     if on_claim is not None:
                         on_claim(run)
                     return await self._resume(run, snapshot, ports, telemetry)
-                except Exception as exc:  # noqa: BLE001 - every path out of a leg releases the claim and the slot
+                except BaseException as exc:  # every path out of a leg releases the claim and the slot (a Rust panic too)
+                    if not is_fault(exc):
+                        raise
                     return await self._fault(run, exc, telemetry)
         finally:
             await self._swept(sweeping, sweep_until)
@@ -358,13 +363,17 @@ class Runner:
         started = time.monotonic()
         try:
             outcome = await leg.run()
-        except Exception as exc:  # noqa: BLE001 - a service fault ends the run
+        except BaseException as exc:  # a service fault ends the run (a Rust extension's panic too)
+            if not is_fault(exc):
+                raise
             log.error("leg.fault", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200], exc_info=True)
             outcome = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
         log.debug("leg.ended", run_id=run.run_id, status=outcome.status, code=outcome.code or "", seconds=round(time.monotonic() - started, 3))
         try:
             return await self._project(run, outcome, telemetry(), leg.accepted_output)
-        except Exception as exc:  # noqa: BLE001 - a projection fault must not leave the run holding its slot
+        except BaseException as exc:  # a projection fault must not leave the run holding its slot
+            if not is_fault(exc):
+                raise
             return await self._fault(run, exc, telemetry)
 
     async def _fault(self, run: Run, exc: BaseException, telemetry: Telemetry) -> LegReport:
