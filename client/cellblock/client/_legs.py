@@ -378,6 +378,11 @@ def to_arguments_json(arguments: Mapping[str, Any] | str | None) -> str:
         raise ValueError("the arguments nest too deeply to encode as JSON (the service reads at most 256 levels)") from None
 
 
+#: ``json.dumps``'s encoders for :func:`_json_text`, built once (``dumps`` builds one per call given options).
+_COMPACT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+
+
 def _json_text(value: Any) -> str:
     r"""Compact JSON for a proto string field: UTF-8 text, lone surrogates as ``\uXXXX``.
 
@@ -386,10 +391,10 @@ def _json_text(value: Any) -> str:
         TypeError: A value that is not JSON-serialisable.
         RecursionError: A value nested deeper than Python's JSON encoder goes (about 1000 levels).
     """
-    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = _COMPACT.encode(value)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
         # Protobuf strings must be valid UTF-8; escaping everything keeps lone surrogates as escapes.
-        text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
+        text = _COMPACT_ASCII.encode(value)
     return text

@@ -78,6 +78,11 @@ def start_tool_call(run: Run, p: PendingRequest) -> None:
         run: The run; ``exec_span_context`` may be unset (tracing off).
         p: The request; ``nested_call_id`` and ``entry`` are set.
     """
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # No SDK installed (yet): the span would be the API's no-op span whatever it is given,
+        # so its parent, links and attributes are not built for every nested call (issue 15).
+        run.tool_spans[p.nested_call_id] = (trace.INVALID_SPAN, time.monotonic())
+        return
     current = trace.get_current_span().get_span_context()
     parent: SpanContext | None = getattr(run, "exec_span_context", None)
     if parent is None or not parent.is_valid:
@@ -112,6 +117,8 @@ def end_tool_call(run: Run, nested_call_id: str, status: str, error: str = "") -
     if held is None:
         return
     span, started = held
+    if span is trace.INVALID_SPAN:
+        return  # started without an SDK (start_tool_call): nothing records it
     span.set_attribute(attr.TOOL_CALL_STATUS, status)
     span.set_attribute(attr.TOOL_CALL_DURATION_MS, int((time.monotonic() - started) * 1000))
     if status != "ok":
