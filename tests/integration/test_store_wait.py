@@ -77,7 +77,7 @@ async def _scenario(svc: Service, stalled: Callable[[], Any], n: int) -> None:
         assert refused.status == "failed" and refused.code == "runtime_unavailable", refused
         assert refused.error == msg.R26 and took < ANSWER_S, (refused.error, took)
 
-        with stalled():  # the slot of an exec's first suspension
+        with stalled():  # an exec's first suspension: its slot and park, one store write
             failed, took = await _timed(client.exec(scope, tool_call_id="t2", code=YIELD))
         assert failed.status == "failed" and failed.code == "runtime_unavailable", failed
         assert failed.error == msg.R25 and took < ANSWER_S, (failed.error, took)

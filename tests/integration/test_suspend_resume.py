@@ -11,7 +11,6 @@ import pytest
 
 from cellblock.client import CellblockClient, LimitOverrides, Scope, Tool
 from cellblock.server.app import Service
-from cellblock.server.cells import CellBridge
 from cellblock.server.store import SqliteRunStore
 from tests.support.cells import leg_cells
 
@@ -260,44 +259,39 @@ async def test_snapshot_from_another_engine_build_is_refused(client: CellblockCl
     assert json.loads(result.raw_json)["failurePhase"] == "host"
 
 
-async def test_a_yield_asks_for_its_slot_while_the_cell_writes_its_snapshot(client: CellblockClient, scope: Scope, service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The first suspension takes the run's slot (SPEC §10.7 item 3); the host asks the store
-    # when it sends Suspend, so the answer is there when the snapshot is (before: only after
-    # the cell's end, one store transaction more on the way to `waiting`).
+async def test_a_yields_first_suspension_is_one_store_write(client: CellblockClient, scope: Scope, service: Service, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first suspension takes the run's slot (SPEC §10.7 item 3) in its park's transaction
+    # (§10.4 "Parking"): one durable write on the way to `waiting`, not a reservation and a park.
     await _catalog(client, scope)
-    seen: list[str] = []
-    real_reserve = service.registry.reserve_slot
+    store = service.registry.store
+    writes: list[str] = []
+    for name in ("reserve_slot", "park", "park_with_slot"):
+        real = getattr(store, name)
 
-    async def reserve(run: Any) -> Any:
-        seen.append("reserve")
-        return await real_reserve(run)
+        async def spy(*args: Any, _real: Any = real, _name: str = name) -> Any:
+            writes.append(_name)
+            return await _real(*args)
 
-    real_received = CellBridge.received
-
-    def received(self: CellBridge, message: Any, generation: int) -> None:
-        if message is not None and message.WhichOneof("message") == "end":
-            seen.append("end")
-        real_received(self, message, generation)
-
-    monkeypatch.setattr(service.registry, "reserve_slot", reserve)
-    monkeypatch.setattr(CellBridge, "received", received)
-    held = (await service.registry.store.counts())[0]
+        monkeypatch.setattr(store, name, spy)
+    held = (await store.counts())[0]
     parked = await client.exec(scope, tool_call_id="early", code="await yield_control(); return 'resumed';", handlers={})
     assert parked.status == "waiting", parked.raw_json
-    assert seen[:2] == ["reserve", "end"], seen
-    assert (await service.registry.store.counts())[0] == held + 1
+    assert writes == ["park_with_slot"], writes
+    record = await store.get(parked.run_id)
+    assert record is not None and (record.state, record.holds_slot) == ("suspended", True)
+    assert (await store.counts())[0] == held + 1
     done = await client.wait(scope, tool_call_id="early-w", run_id=parked.run_id)
     assert (done.status, done.value) == ("completed", "resumed"), done.raw_json
-    assert (await service.registry.store.counts())[0] == held
+    assert (await store.counts())[0] == held
 
 
-async def test_a_snapshot_over_the_cap_gives_back_the_slot_it_was_reserved(client: CellblockClient, scope: Scope, service: Service) -> None:
+async def test_a_snapshot_over_the_cap_holds_no_slot_afterwards(client: CellblockClient, scope: Scope, service: Service) -> None:
     await _catalog(client, scope)
     held = (await service.registry.store.counts())[0]
     code = 'const big = "x".repeat(200000) + Math.random(); await yield_control(); return big.length;'
     result = await client.exec(scope, tool_call_id="snap-slot", code=code, handlers={}, limits=LimitOverrides(max_snapshot_bytes=4096))
     assert result.code == "snapshot_limit_exceeded", result.raw_json
-    assert (await service.registry.store.counts())[0] == held, "the slot asked for at the suspension is freed"
+    assert (await service.registry.store.counts())[0] == held, "a refused snapshot leaves no slot taken"
 
 
 async def test_nested_calls_go_out_in_request_order_while_the_slot_answer_is_on_its_way(client: CellblockClient, scope: Scope, service: Service, monkeypatch: pytest.MonkeyPatch) -> None:

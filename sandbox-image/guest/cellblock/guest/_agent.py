@@ -229,6 +229,7 @@ class Leg:
                     return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_UNSETTLEABLE, message="pending with no host work"))
                 if not start.idle_unneeded:
                     self._send(pb.AttachRequest(idle=pb.Idle(host_work=int(host_work))))
+                ahead = await self._snapshot_ahead(vm, call, outbox)
                 msg = await self._next(call)
                 kind = msg.WhichOneof("message")
                 if kind == "settle":
@@ -242,8 +243,10 @@ class Leg:
                     # code, the host's watchdog bounds them), and the engine's interrupt
                     # check, counted across calls, must not poison the VM inside them.
                     vm.deadline = float("inf")
-                    self._flush(vm)
-                    data, raw = vm.snapshot()
+                    if ahead is None:
+                        self._flush(vm)
+                        ahead = vm.snapshot()
+                    data, raw = ahead
                     chunk = pb.BRIDGE_LIMIT_SNAPSHOT_CHUNK_BYTES
                     for i in range(0, max(len(data), 1), chunk):
                         part = data[i : i + chunk]
@@ -264,6 +267,26 @@ class Leg:
             # program's own error, not a cell fault (SPEC §8.1 item 5).
             self._flush(vm, salvage=True)
             return pb.LegEnd(failed=pb.Failed(kind=pb.FAILURE_KIND_GUEST_ERROR, message=json.dumps(CONTROLLER_FAULT.format(exc.head))))
+
+    async def _snapshot_ahead(self, vm: CellVM, call: Any, outbox: Outbox) -> tuple[bytes, int] | None:
+        """Snapshots the VM while the host answers a yield, which parks the leg at once (SPEC §10.4 item 1).
+
+        The requests go to the host first; the VM then makes no call until the host's
+        answer, so the snapshot is the one :meth:`_drive` would take at ``Suspend`` (its
+        flush finds nothing: the report just took the outbox). Any other answer (the
+        yield refused, or another call's result first) discards it.
+
+        Returns:
+            ``(compressed_bytes, raw_size)``, or ``None`` when no yield went out (or the VM
+            cannot be snapshotted now: then ``Suspend`` takes it as before).
+        """
+        if not any(item[0] == "r" and item[2] == "yield" for item in outbox.items):
+            return None
+        await self._write_outgoing(call)
+        try:
+            return vm.snapshot()
+        except Exception:  # noqa: BLE001 - the snapshot at Suspend raises it again, handled there
+            return None
 
     def _step(self, fn: Any) -> Any:
         """Runs one VM step under the watchdog (armed only while guest code runs)."""

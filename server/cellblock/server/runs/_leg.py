@@ -308,7 +308,6 @@ class Leg(LegEnding):
         self._suspend_sent = True
         self.trace.suspend_requested()
         self._bridge.send(bpb.AttachResponse(suspend=bpb.Suspend()))
-        self.reserve_slot_now()  # the first suspension takes the run's slot, asked for while the cell writes its snapshot
 
     # ---------------------------------------------------------- requests
     def _on_request(self, req: bpb.GuestRequest) -> Awaitable[LegOutcome | None] | None:

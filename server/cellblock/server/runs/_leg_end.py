@@ -15,11 +15,10 @@ from cellblock.server import messages as msg
 from cellblock.server.cells import Cell, CellBridge, Executor, ScopeCell, ScopeCells
 from cellblock.server.runs._final_value import completed_outcome
 from cellblock.server.runs._guest_failure import guest_failure
-from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, LegOutcome, RunStatus, failed, slot_refused
+from cellblock.server.runs._protocol import BridgeMethod, CellExited, ErrorCode, LegOutcome, RunStatus, failed
 from cellblock.server.runs._reuse_rule import clean_end, reusable
 from cellblock.server.runs._settle import SettleLoop
 from cellblock.server.runs._snapshot_in import SnapshotIn
-from cellblock.server.store import SlotAnswer
 from cellblock.server.telemetry import LegTrace
 from cellblock.server.workers import CpuPool
 
@@ -111,11 +110,8 @@ class LegEnding(SettleLoop):
             self.trace.snapshot_stored(size, suspended.raw_bytes, error="snapshot_limit_exceeded")
             return failed(ErrorCode.SNAPSHOT_LIMIT_EXCEEDED, msg.r14(size, run.limits.max_snapshot_bytes))
         data = self._snapshot_in.data()
-        answer = SlotAnswer.HELD if run.holds_slot else await self._reserve_slot(run)
-        if not answer:
-            self.abandon_dispatched()
-            return slot_refused(answer, self.slot_cap)
-        # The runner parks the run: its record and snapshot in one store transaction.
+        # The runner parks the run: its record and snapshot in one store transaction, which
+        # also takes the run's slot when it has none (no call was dispatched before).
         run.snapshot_bytes = len(data)
         self.trace.snapshot_stored(len(data), suspended.raw_bytes)
         reason = "yield" if run.pending and all(p.method is BridgeMethod.YIELD for p in run.pending.values()) else "pending_tools"

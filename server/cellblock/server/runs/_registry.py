@@ -172,36 +172,50 @@ class RunRegistry:
         """Registers a run whose leg runs here (CancelRun and scope end find it)."""
         self.active[run.run_id] = run
 
-    async def park(self, run: Run, snapshot: bytes) -> bool:
+    async def park(self, run: Run, snapshot: bytes) -> SlotAnswer | None:
         """Stores the suspended run and its snapshot in one transaction (SPEC §16.1 item 2).
 
-        The run must hold a slot. Sets ``expires_at`` from the store's clock.
+        A run without a slot takes it in the same transaction (SPEC §10.4 "Parking"):
+        one store write for a first suspension, not a reservation and a park. One
+        whose reservation is still in flight (a dispatch asked) gets that answer first.
+        Sets ``expires_at`` from the store's clock.
 
         Returns:
-            False when this process no longer holds the run (its lease was taken
-            over, or it was cancelled): nothing was stored.
+            :attr:`SlotAnswer.HELD` when parked; the store's refusal of a slot
+            (nothing stored: [R01], [R23], [R25]); ``None`` when this process no longer
+            holds the run (its lease was taken over, or it was cancelled): nothing was stored.
         """
+        if not run.holds_slot and run.run_id in self._reserving:
+            reserved = await self.reserve_slot(run)
+            if not reserved:
+                self.active.pop(run.run_id, None)
+                return reserved
         # A document of tens of MB (a large catalog view) is concatenated in a thread (runs.join_bytes).
         park = Park(run.run_id, run.session_id, run.agent_run_id, run.created_at, await join_bytes(encode_run_parts(run)), snapshot, run.engine_build_id, run.limits.snapshot_ttl_seconds)
         token = self._token(run)
+        take_slot = not run.holds_slot
 
-        async def unpark(_stored: float | None) -> None:
+        async def unpark(_stored: float | SlotAnswer | None) -> None:
             # The leg answered [R25]: the run is ended whatever the late park did (parked, refused or failed).
             await self.store.remove(run.run_id, token)
             await self.store.remove(run.run_id, None)
 
+        call = self.store.park_with_slot(park) if take_slot else self.store.park(park, token)
         try:
-            expires = await self.calls.bounded(self.store.park(park, token), unpark, "park", undo_on_error=True)
+            stored = await self.calls.bounded(call, unpark, "park", undo_on_error=True)
         finally:
             self.active.pop(run.run_id, None)
             self._leases.pop(run.run_id, None)
-        if expires is None:
-            return False
-        run.expires_at = expires
+        if isinstance(stored, SlotAnswer):
+            return stored
+        if stored is None:
+            return None
+        run.holds_slot = True
+        run.expires_at = stored
         run.suspended = True
         if run.tool_spans:
-            self._spans[run.run_id] = (expires, run.tool_spans)
-        return True
+            self._spans[run.run_id] = (stored, run.tool_spans)
+        return SlotAnswer.HELD
 
     # ------------------------------------------------------------------ claims and leases
     async def claim(self, run_id: str, session_id: str, agent_run_id: str) -> ClaimResult:

@@ -38,12 +38,13 @@ from cellblock.server.runs._protocol import (
     LegOutcome,
     RunStatus,
     failed,
+    slot_refused,
 )
 from cellblock.server.runs._registry import RunRegistry
 from cellblock.server.runs._result import completed_result, failed_result, waiting_result
 from cellblock.server.runs._state import Run, new_run_id, replay_id
 from cellblock.server.source import InputFailure, PreparedSource, prepare_source, validate_exec, validate_wait
-from cellblock.server.store import StoreTimeoutError
+from cellblock.server.store import SlotAnswer, StoreTimeoutError
 from cellblock.server.telemetry import remember_exec_span
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerBusy, WorkerFailed, cpu_pool
 
@@ -405,13 +406,16 @@ class Runner:
         markers = budget.end_leg()
         if outcome.status is RunStatus.WAITING:
             failure = failed(ErrorCode.INTERNAL_ERROR, msg.R22)
+            parked: SlotAnswer | None = None
             try:
-                parked = outcome.snapshot is not None and await self.registry.park(run, outcome.snapshot)
+                # A first suspension takes its slot in the park's transaction (one store write).
+                parked = await self.registry.park(run, outcome.snapshot) if outcome.snapshot is not None else None
             except StoreTimeoutError:  # a park that lands later is undone (RunRegistry.park)
-                parked, failure = False, failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.R25)
+                failure = failed(ErrorCode.RUNTIME_UNAVAILABLE, msg.R25)
             except Exception as exc:  # noqa: BLE001 - the store failed: nothing is stored, the run fails
                 log.error("run.park_failed", run_id=run.run_id, error_class=exc.__class__.__name__, error=str(exc)[:200])
-                parked = False
+            if parked is not None and not parked:
+                failure = slot_refused(parked, self.registry.cap)
             if not parked:
                 outcome = failure
         output = accepted + markers

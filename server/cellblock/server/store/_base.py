@@ -255,6 +255,22 @@ class RunStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def park_with_slot(self, park: Park) -> float | SlotAnswer | None:
+        """Takes a suspended-run slot for a run that holds none and parks it, in one transaction.
+
+        A run's first suspension before any dispatch (SPEC §10.4 "Parking": take a slot if
+        the run has none, then store it): one store write, not a reservation and a park.
+        The slot is counted against the cap and the scope's share as :meth:`reserve_slot`
+        counts it; the record is written ``suspended``, unleased, with its snapshot.
+
+        Returns:
+            The new ``expires_at`` (store clock); else nothing is written and the answer
+            says why: :attr:`SlotAnswer.SCOPE_FULL`, :attr:`SlotAnswer.DEPLOYMENT_FULL`,
+            :attr:`SlotAnswer.CANCELLED` (the run's tombstone), or ``None`` when another
+            record of the run exists.
+        """
+
+    @abc.abstractmethod
     async def claim(self, run_id: str, session_id: str, agent_run_id: str, lease_token: str, lease_seconds: float) -> Claim:
         """Claims a suspended run for a wait (one wait at a time across replicas).
 

@@ -43,13 +43,33 @@ class MemoryRunStore(RunStore):
         row = self._rows.get(run_id)
         if row is not None:
             return SlotAnswer.HELD if row.state != "cancelled" and row.holds_slot else SlotAnswer.CANCELLED
+        refused = self._refusal(session_id, agent_run_id)
+        if refused is not None:
+            return refused
+        self._rows[run_id] = RunRecord(run_id, session_id, agent_run_id, "active", created_at, holds_slot=True, lease_token=lease_token, lease_until=now + lease_seconds)
+        return SlotAnswer.HELD
+
+    def _refusal(self, session_id: str, agent_run_id: str) -> SlotAnswer | None:
         held = [r for r in self._rows.values() if r.holds_slot]
         if sum(1 for r in held if (r.session_id, r.agent_run_id) == (session_id, agent_run_id)) >= self.scope_share:
             return SlotAnswer.SCOPE_FULL
         if len(held) >= self.cap:
             return SlotAnswer.DEPLOYMENT_FULL
-        self._rows[run_id] = RunRecord(run_id, session_id, agent_run_id, "active", created_at, holds_slot=True, lease_token=lease_token, lease_until=now + lease_seconds)
-        return SlotAnswer.HELD
+        return None
+
+    async def park_with_slot(self, park: Park) -> float | SlotAnswer | None:
+        row = self._rows.get(park.run_id)
+        if row is not None:
+            return SlotAnswer.CANCELLED if row.state == "cancelled" else None
+        refused = self._refusal(park.session_id, park.agent_run_id)
+        if refused is not None:
+            return refused
+        expires = time.time() + park.ttl_seconds
+        self._rows[park.run_id] = RunRecord(
+            park.run_id, park.session_id, park.agent_run_id, "suspended", park.created_at, expires_at=expires, holds_slot=True, generation=1, body=park.body,
+            snapshot=park.snapshot, snapshot_size=len(park.snapshot), snapshot_sha256=snapshot_digest(park.snapshot), engine_build_id=park.engine_build_id,
+        )
+        return expires
 
     async def park(self, park: Park, lease_token: str) -> float | None:
         row = self._rows.get(park.run_id)

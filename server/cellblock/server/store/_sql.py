@@ -160,16 +160,9 @@ class SqlRunStore(RunStore):
                 return SlotAnswer.HELD
             if row is not None:
                 return SlotAnswer.CANCELLED  # a tombstone: the run was cancelled
-            # Both counts under the cap lock, in the insert's transaction (SPEC §16.1 item 5).
-            # Each count on its own index (cellblock_runs_slots, cellblock_runs_scope), in one round trip; the unary
-            # plus keeps SQLite's planner (no statistics) off the slots index for the scope's count.
-            scope_held = f"SELECT count(*) FROM {TABLE} WHERE session_id = ? AND agent_run_id = ? AND +holds_slot = 1"
-            held = await tx.one(f"SELECT (SELECT count(*) FROM {TABLE} WHERE holds_slot = 1), ({scope_held})", session_id, agent_run_id)
-            total, scope = (int(held[0]), int(held[1])) if held is not None else (0, 0)
-            if scope >= self.scope_share:
-                return SlotAnswer.SCOPE_FULL
-            if total >= self.cap:
-                return SlotAnswer.DEPLOYMENT_FULL
+            refused = await self._refusal(tx, session_id, agent_run_id)
+            if refused is not None:
+                return refused
             await tx.run(
                 f"INSERT INTO {TABLE} (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
                 "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
@@ -177,6 +170,45 @@ class SqlRunStore(RunStore):
                 run_id, session_id, agent_run_id, created_at, b"", lease_token, now + lease_seconds, now,
             )
             return SlotAnswer.HELD
+
+    async def _refusal(self, tx: Tx, session_id: str, agent_run_id: str) -> SlotAnswer | None:
+        """Why the scope cannot take one more slot now, else ``None``; the caller holds the cap lock."""
+        # Both counts under the cap lock, in the insert's transaction (SPEC §16.1 item 5).
+        # Each count on its own index (cellblock_runs_slots, cellblock_runs_scope), in one round trip; the unary
+        # plus keeps SQLite's planner (no statistics) off the slots index for the scope's count.
+        scope_held = f"SELECT count(*) FROM {TABLE} WHERE session_id = ? AND agent_run_id = ? AND +holds_slot = 1"
+        held = await tx.one(f"SELECT (SELECT count(*) FROM {TABLE} WHERE holds_slot = 1), ({scope_held})", session_id, agent_run_id)
+        total, scope = (int(held[0]), int(held[1])) if held is not None else (0, 0)
+        if scope >= self.scope_share:
+            return SlotAnswer.SCOPE_FULL
+        if total >= self.cap:
+            return SlotAnswer.DEPLOYMENT_FULL
+        return None
+
+    async def park_with_slot(self, park: Park) -> float | SlotAnswer | None:
+        async with self.transaction() as tx:
+            now = await self.tx_now(tx)
+            await self.lock_slots(tx)
+            row = await tx.one(f"SELECT state FROM {TABLE} WHERE run_id = ?{self.for_update}", park.run_id)
+            if row is not None:
+                return SlotAnswer.CANCELLED if row[0] == "cancelled" else None
+            refused = await self._refusal(tx, park.session_id, park.agent_run_id)
+            if refused is not None:
+                return refused
+            expires = now + park.ttl_seconds
+            await tx.run(
+                f"INSERT INTO {TABLE} (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
+                "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
+                "VALUES (?, ?, ?, 'suspended', ?, ?, 1, 1, ?, ?, ?, 'inline', ?, NULL, 0, ?)",
+                park.run_id, park.session_id, park.agent_run_id, park.created_at, expires, park.body, len(park.snapshot), snapshot_digest(park.snapshot), park.engine_build_id, now,
+            )
+            await self._put_snapshot(tx, park)
+            return expires
+
+    async def _put_snapshot(self, tx: Tx, park: Park) -> None:
+        await tx.run(
+            f"INSERT INTO {SNAPSHOTS} (run_id, snapshot) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET snapshot = excluded.snapshot", park.run_id, park.snapshot
+        )
 
     async def park(self, park: Park, lease_token: str) -> float | None:
         async with self.transaction() as tx:
@@ -190,9 +222,7 @@ class SqlRunStore(RunStore):
                 "snapshot_sha256 = ?, snapshot_placement = 'inline', engine_build_id = ?, lease_token = NULL, lease_until = 0, updated_at = ? WHERE run_id = ?",
                 expires, park.body, len(park.snapshot), snapshot_digest(park.snapshot), park.engine_build_id, now, park.run_id,
             )
-            await tx.run(
-                f"INSERT INTO {SNAPSHOTS} (run_id, snapshot) VALUES (?, ?) ON CONFLICT (run_id) DO UPDATE SET snapshot = excluded.snapshot", park.run_id, park.snapshot
-            )
+            await self._put_snapshot(tx, park)
             return expires
 
     # ------------------------------------------------------------------ claims and leases

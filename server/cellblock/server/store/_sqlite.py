@@ -234,6 +234,9 @@ class SqliteRunStore(SqlRunStore):
     async def park(self, park: Park, lease_token: str) -> float | None:
         return await self._whole(lambda: SqlRunStore.park(self, park, lease_token))
 
+    async def park_with_slot(self, park: Park) -> float | SlotAnswer | None:
+        return await self._whole(lambda: SqlRunStore.park_with_slot(self, park))
+
     async def claim(self, run_id: str, session_id: str, agent_run_id: str, lease_token: str, lease_seconds: float) -> Claim:
         return await self._whole(lambda: SqlRunStore.claim(self, run_id, session_id, agent_run_id, lease_token, lease_seconds), _PROCESS_DURABLE)
 
