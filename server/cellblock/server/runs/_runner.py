@@ -200,8 +200,6 @@ class Runner:
                 structlog.contextvars.bind_contextvars(run_id=run.run_id)
                 return await self._run_leg(self._leg(run, ports, deadline, prepared.text), telemetry)
             except BaseException as exc:  # every path out of a leg releases what the run holds (a Rust panic too)
-                if not is_fault(exc):
-                    raise
                 return await self._fault(run, exc, telemetry)
 
     async def _prepare(self, source: str, language: str, scope: tuple[str, str]) -> PreparedSource | InputFailure | None:
@@ -263,8 +261,6 @@ class Runner:
                         on_claim(run)
                     return await self._resume(run, snapshot, ports, telemetry)
                 except BaseException as exc:  # every path out of a leg releases the claim and the slot (a Rust panic too)
-                    if not is_fault(exc):
-                        raise
                     return await self._fault(run, exc, telemetry)
         finally:
             await self._swept(sweeping, sweep_until)
@@ -373,8 +369,6 @@ class Runner:
         try:
             return await self._project(run, outcome, telemetry(), leg.accepted_output)
         except BaseException as exc:  # a projection fault must not leave the run holding its slot
-            if not is_fault(exc):
-                raise
             return await self._fault(run, exc, telemetry)
 
     async def _fault(self, run: Run, exc: BaseException, telemetry: Telemetry) -> LegReport:
@@ -385,6 +379,8 @@ class Runner:
         call that outlived the store wait is [R25] (the removal then ends in the background),
         or [R26] for a wait's release (the run is suspended again once the store answers).
         """
+        if not is_fault(exc):
+            raise exc  # cancellation and interpreter exits go on
         if isinstance(exc, StoreTimeoutError):
             log.error("leg.store_timeout", run_id=run.run_id, call=exc.call)
             self.registry.calls.finish_later(self.registry.remove(run), what="remove")
