@@ -183,7 +183,7 @@ LOOP_HOLD_BOUNDS_S = {"put_host_huge": 0.08, "final_dense": 0.12, "final_truncat
 #: the loop thread's own CPU time does not show it. 3,000 host tools of 5.3 KB (16 MB,
 #: ``put_host_many``) and one 22 MB schema of 140,000 properties (``put_host_dense``): 64-82 ms
 #: and 113-134 ms at load 2-20 before (their decoded tools unpickled whole), 14-35 ms and 43-60 ms
-#: at load 1-12 after (unpickled a piece per loop turn, ``cellblock.server.sliced``; what is
+#: at load 1-12 after (unpickled a piece at a time in a thread that hands the lock back between pieces, ``cellblock.server.sliced``; what is
 #: left is the result's 3 copies of the texts and, for the dense schema, its search vocabulary
 #: of 140,000 terms, unpickled by the pool's thread).
 #: ``tool_result_huge``, a 59 MB ToolResult the guest reads, stays a known gap (SPEC §3.1 item 6): 180-243 ms

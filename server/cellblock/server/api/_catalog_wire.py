@@ -140,8 +140,8 @@ def register_in_worker(
 
     Returns:
         ``(problem, texts, tools, wire, start)``: as ``registration_problem`` for the first two;
-        ``tools``, the decoded tools :func:`cellblock.server.sliced.pack` ed (the loop unpickles them a
-        piece per turn: unpickled whole by the pool's thread, 3,000 tools held Python's lock 60-77 ms);
+        ``tools``, the decoded tools :func:`cellblock.server.sliced.pack` ed (unpickled whole by the
+        pool's thread, 3,000 tools held Python's lock 64-87 ms at once);
         ``wire`` holds every registered entry's serialized ``CatalogEntry``; ``start`` the view's
         ``_catalogs.start_data`` (``None`` unless ``fresh``, or when refused).
     """
