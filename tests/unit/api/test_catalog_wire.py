@@ -19,7 +19,6 @@ from cellblock.server.api._catalog_service import telemetry_message
 from cellblock.server.api._catalog_wire import catalog_response, entry_message, register_in_worker
 from cellblock.server.api._catalogs import PreparedView, ScopeCatalog, prepare_view
 from cellblock.server.config import CodeModeConfig
-from cellblock.server.sliced import unpack
 from cellblock.server.workers import CpuPool
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import common_pb2
@@ -49,7 +48,7 @@ async def _register(scope: ScopeCatalog, cpu: CpuPool, data: bytes, merge: bool,
     fresh = not merge
     problem, texts, tools, wire, start = await cpu.run(register_in_worker, data, HOSTED, fresh, direct, None, None, budget_s=30)
     assert problem is None, problem
-    view = scope.catalog.register(await unpack(tools), mode="merge" if merge else "replace", direct_tool_names=direct, check_schemas=False, copy=False)
+    view = scope.catalog.register(tools, mode="merge" if merge else "replace", direct_tool_names=direct, check_schemas=False, copy=False)
     scope.schema_texts = {**scope.schema_texts, **texts} if merge else texts
     scope.entry_wire = {**scope.entry_wire, **wire} if merge else wire
     if start is None:

@@ -18,7 +18,6 @@ from cellblock.server.catalog import CatalogRegistrationError, ParsedTools, pars
 from cellblock.server.config import Limits
 from cellblock.server.limits import MAX_TOOLS_PER_REQUEST, REGISTRATION_BUDGET_MS, max_guest_catalog_bytes
 from cellblock.server.runs import CancelReason, RunRegistry
-from cellblock.server.sliced import unpack
 from cellblock.server.workers import CpuPool, WorkBudgetExceeded, WorkerFailed, cpu_pool
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import catalog_service_pb2_grpc as pb_grpc
@@ -133,7 +132,7 @@ class CatalogService(pb_grpc.CatalogServiceServicer):
                 raise CatalogRegistrationError(*problem)
             # Registered into a fork, swapped in once prepared: a merge that fails changes nothing (SPEC §3.2 item 4).
             staged = target.catalog.fork()
-            view = staged.register(await parsed_in_slices(await unpack(tools)), mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
+            view = staged.register(await parsed_in_slices(tools), mode="merge" if merge else "replace", direct_tool_names=direct, allow=allow, deny=deny, check_schemas=False, copy=False)
             merged = existing is not None and not fresh
             schema_texts = {**target.schema_texts, **texts} if merged else texts
             entry_wire = {**target.entry_wire, **wire} if merged else wire

@@ -22,7 +22,6 @@ from google.protobuf.message import Message
 from cellblock.server.api._catalogs import ScopeCatalog, StartData, start_data
 from cellblock.server.catalog import SCHEMA_FIELDS, CatalogEntry, CatalogRegistrationError, Problem, SchemaTexts, checked_registration, compact_json
 from cellblock.server.runs import join_bytes
-from cellblock.server.sliced import pack
 from cellblock.v1 import catalog_service_pb2 as pb
 from cellblock.v1 import common_pb2
 
@@ -125,7 +124,7 @@ def _entry_wire(entries: Sequence[CatalogEntry], texts: SchemaTexts) -> EntryWir
 
 def register_in_worker(
     data: bytes, hosted: list[dict[str, Any]], fresh: bool, direct: list[str], allow: list[str] | None, deny: list[str] | None
-) -> tuple[Problem | None, SchemaTexts, list[bytes], EntryWire, StartData | None]:
+) -> tuple[Problem | None, SchemaTexts, list[dict[str, Any]], EntryWire, StartData | None]:
     """Worker side of ``PutCatalog``: reads the tools, checks the registration, builds what the loop serves it from.
 
     Args:
@@ -139,9 +138,7 @@ def register_in_worker(
         deny: ``deny``, or ``None``.
 
     Returns:
-        ``(problem, texts, tools, wire, start)``: as ``registration_problem`` for the first two;
-        ``tools``, the decoded tools :func:`cellblock.server.sliced.pack` ed (unpickled whole by the
-        pool's thread, 3,000 tools held Python's lock 64-87 ms at once);
+        ``(problem, texts, tools, wire, start)``: as ``registration_problem`` for the first three;
         ``wire`` holds every registered entry's serialized ``CatalogEntry``; ``start`` the view's
         ``_catalogs.start_data`` (``None`` unless ``fresh``, or when refused).
     """
@@ -155,10 +152,10 @@ def register_in_worker(
     prepare = fresh
     problem, texts, decoded, catalog = checked_registration(tools, "replace", direct, allow, deny)
     if problem is not None or catalog is None:
-        return problem, texts, [], {}, None
+        return problem, texts, decoded, {}, None
     view = catalog.view
     start = start_data(view.entries, view.all_tools(), view.convenience_names()) if prepare else None
-    return None, texts, pack(decoded), _entry_wire(catalog.registered_entries(), texts), start
+    return None, texts, decoded, _entry_wire(catalog.registered_entries(), texts), start
 
 
 def _varint(value: int) -> bytes:
