@@ -177,11 +177,19 @@ LOOP_HOLD_BOUND_S = 0.05
 #: still crosses gRPC twice on the loop (the cell's end received and decoded, the result sent):
 #: 23-103 ms and 37-54 ms at load 8-14 (main: 530-1670 ms and 5455-5764 ms, the value parsed and
 #: serialised twice on the loop, or its marker built and serialised there), so their bound is wider.
-LOOP_HOLD_BOUNDS_S = {"put_host_huge": 0.08, "final_dense": 0.12, "final_truncated": 0.12}
+LOOP_HOLD_BOUNDS_S = {"put_host_huge": 0.08, "final_dense": 0.12, "final_truncated": 0.12, "tool_result_huge": 0.25}
+#: 3,000 host tools of 5.3 KB (16 MB, ``put_host_many``) and one 22 MB schema of 140,000 properties
+#: (``put_host_dense``) hold the loop thread 11-36 ms (load 4-6), within the common bound; counting every
+#: thread's CPU time (``LoopMonitor.worst_process_s``) they hold it 49-68 ms and 109-158 ms: the pool's
+#: thread unpickles their decoded tools holding Python's lock (SPEC §3.1 item 6's known gaps, not bounded here).
+#: ``tool_result_huge``, a 59 MB ToolResult the guest reads, is a known gap too: 174-243 ms before,
+#: 111-133 ms at load 5-13 after (decoded in a turn of its own, its text read once, its Settle written
+#: in place); each remaining turn copies the 59 MB once or twice in gRPC or protobuf.
 
 _LOOP_CASES = [
     "put_host", "put_mcp", "put_host_huge", "put_description", "exec_only", "exec_many_mcp", "describe", "tool_input", "tool_output",
     "search", "unknown_ids", "output", "park", "dense_input", "dense_output", "surface", "park_dense", "final_dense", "final_truncated",
+    "put_host_many", "put_host_dense", "tool_result_huge",
 ]  # fmt: skip
 
 
@@ -214,7 +222,7 @@ async def test_a_megabyte_request_holds_the_loop_briefly(service: Any, client: C
         await client.delete_catalog(Scope(session_id=name, agent_run_id="loop"))
     assert answer["ok"], answer
     assert monitor.ticks > 10, monitor.ticks  # the monitor ran meanwhile
-    assert worst < LOOP_HOLD_BOUNDS_S.get(case, LOOP_HOLD_BOUND_S), f"{case}: the loop was held {worst * 1000:.0f} ms at once (wall lateness {monitor.worst_lateness_s * 1000:.0f} ms, baseline {baseline * 1000:.0f} ms)"
+    assert worst < LOOP_HOLD_BOUNDS_S.get(case, LOOP_HOLD_BOUND_S), f"{case}: the loop was held {worst * 1000:.0f} ms at once (wall lateness {monitor.worst_lateness_s * 1000:.0f} ms, counting every thread {monitor.worst_process_s * 1000:.0f} ms, baseline {baseline * 1000:.0f} ms)"
 
 
 async def test_the_service_froze_its_start_up_heap_for_the_garbage_collector(service: Any) -> None:

@@ -45,6 +45,10 @@ async def _echo(tool_input: dict[str, Any], _info: Any) -> dict[str, Any]:
     return {"n": len(json.dumps(tool_input))}
 
 
+#: Rows of the huge tool result (about 59 MB of JSON, under the service message cap of 64 MiB).
+HUGE_RESULT_ROWS = 550_000
+
+
 def _big_output(chars: int) -> Any:
     async def handler(_input: dict[str, Any], _info: Any) -> dict[str, Any]:
         return {"rows": [{"i": i, "s": "w" * 90} for i in range(chars // 100)]}
@@ -138,13 +142,23 @@ async def _dense_case(client: CellblockClient, scope: Scope, case: str, props: i
     return {"ok": result.status == "completed", "status": result.status, "error": result.error[:300] if result.error else ""}
 
 
-_PUT_CASES = ("put_host", "small", "put_host_huge", "put_description")
+_PUT_CASES = ("put_host", "small", "put_host_huge", "put_description", "put_host_dense", "put_host_many")
+#: Tools of the many-tools registration and the properties of each one's schema: 3,000 tools of about 5.3 KB (16 MB).
+MANY_HOST, MANY_HOST_PROPS = 3_000, 34
+#: Properties of the dense huge trusted schema: about 22 MB of JSON in many small nodes.
+DENSE_HOST = 140_000
 
 
 async def _put_case(client: CellblockClient, scope: Scope, case: str, props: int) -> dict[str, Any]:
     """The registrations alone: a wide trusted schema (``small``: 20 properties), a 21 MB one, a 5 MB description."""
+    if case == "put_host_many":
+        tools = [Tool(source="host", owner="core", name=f"t{i}", description=f"Tool {i}.", parameters=wide_schema(MANY_HOST_PROPS)) for i in range(MANY_HOST)]
+        catalog = await client.put_catalog(scope, tools)
+        return {"ok": len(catalog.entries) == MANY_HOST and catalog.entries[-1].tool.parameters == tools[-1].parameters}
     if case == "put_host_huge":
         tool = Tool(source="host", owner="core", name="wide", parameters=huge_schema())
+    elif case == "put_host_dense":
+        tool = Tool(source="host", owner="core", name="wide", parameters=wide_schema(DENSE_HOST))
     elif case == "put_description":
         tool = Tool(source="host", owner="core", name="long", description="d" * DESCRIPTION_CHARS)
     else:
@@ -197,11 +211,21 @@ async def _unknown_ids_case(client: CellblockClient, scope: Scope, case: str, _p
     return {"ok": result.status == "completed" and result.value == UNKNOWN_IDS_ANSWER, "status": result.status, "value": str(result.value)[:300], "error": result.error[:300] if result.error else ""}
 
 
+async def _huge_result_case(client: CellblockClient, scope: Scope, _case: str, _props: int) -> dict[str, Any]:
+    """The runtime answers a tool call with about 59 MB of JSON (:data:`HUGE_RESULT_ROWS` rows), which the guest reads whole."""
+    await client.put_catalog(scope, [Tool(source="host", owner="core", name="rows")])
+    code = "return (await tools.callValue('host:core:rows', {})).rows.length;"
+    limits = LimitOverrides(memory_limit_bytes=1024 * 1024 * 1024, max_snapshot_bytes=128 * 1024 * 1024, timeout_ms=60000)
+    result = await _exec(client, scope, tool_call_id="rh", code=code, handlers={"host:core:rows": _big_output(HUGE_RESULT_ROWS * 100)}, limits=limits)
+    return {"ok": result.status == "completed" and result.value == HUGE_RESULT_ROWS, "status": result.status, "value": str(result.value)[:100], "error": result.error[:300] if result.error else ""}
+
+
 #: Cases answered by a function of their own: ``(client, scope, case, props) -> summary``.
 _OWN_CASES: dict[str, Callable[[CellblockClient, Scope, str, int], Awaitable[dict[str, Any]]]] = {
     **dict.fromkeys(_PUT_CASES, _put_case),
     "unknown_ids_put": _unknown_ids_case,
     "unknown_ids": _unknown_ids_case,
+    "tool_result_huge": _huge_result_case,
 }
 
 

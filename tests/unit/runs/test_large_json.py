@@ -88,9 +88,11 @@ def test_the_input_contract_checked_in_a_worker_gives_the_loops_b10() -> None:
 )
 def test_a_result_read_in_a_worker_is_projected_like_on_the_loop(method: BridgeMethod, result: Any) -> None:
     view = _view()
-    for name in ("strict", "free"):
+    # Spaced JSON is written again; compact JSON (what clients send) is the worker's answer itself, never sent back.
+    for name, separators in (("strict", None), ("free", None), ("strict", (",", ":")), ("free", (",", ":"))):
         call = view.resolve_call(method.value, [f"host:core:{name}", {"k": "v"}])
-        ok_json = json.dumps(result, ensure_ascii=False)
+        ok_json = json.dumps(result, ensure_ascii=False, separators=separators)
+        assert result_in_worker(ok_json, None).same == (ok_json == compact_json(result))
         loop: Any
         try:
             loop = compact_json(view.project_result(method.value, call, ToolOutcome("n1", ok_json=ok_json), 1 << 30))

@@ -327,16 +327,16 @@ def _project_prepared(method: str, call: ResolvedCall, prepared: PreparedResult,
     if not prepared.valid:
         raise BridgeReplyError(msg.not_json(label), "internal")
     if entry.output_validator is not None:
-        if prepared.contract is not None and prepared.contract[0] == entry.id:
-            if not prepared.contract[1]:
-                raise BridgeReplyError(msg.b08(entry.id), "internal")
-        else:
+        if prepared.contract is None or prepared.contract[0] != entry.id:
             check_output_contract(entry, strict_json(ok_json))
+        elif not prepared.contract[1]:
+            raise BridgeReplyError(msg.b08(entry.id), "internal")
+    result = ok_json if prepared.same else prepared.result
     if method == BridgeMethod.CALL:
-        return JsonText(f'{{"tool":{compact_json(entry.compact())},"result":{prepared.result}}}', True)
+        return JsonText(f'{{"tool":{compact_json(entry.compact())},"result":{result}}}', True)
     if method == BridgeMethod.CALL_VALUE and prepared.details is not None:
         return JsonText(prepared.details, prepared.details.startswith("{"))
-    return JsonText(prepared.result, prepared.result.startswith("{"))
+    return JsonText(result, result.startswith("{"))
 
 
 def _utf8_json(value: Any) -> bytes:

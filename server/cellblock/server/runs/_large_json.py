@@ -174,12 +174,14 @@ class PreparedResult:
         size: Its UTF-8 size in bytes (the reply inbox check, [B12]).
         valid: It is JSON the host can read and serialise; when False the guest gets the
             "not valid JSON" reply.
-        result: The compact JSON of the whole result.
+        result: The compact JSON of the whole result; ``""`` when :attr:`same` (it was the runtime's text).
         details: The compact JSON of its own ``details`` key when it is an object that has one, else ``None``.
         contract: For the entry id named, whether ``details`` match its ``outputSchema``
             (SPEC §8.4 item 2); ``None`` when no contract was checked.
         overran: The worker did not read it within its budget (or died): the guest gets [B26].
         too_deep: It nests deeper than ``MAX_RESULT_DEPTH`` levels (``valid`` is then False): the guest gets [B29].
+        same: The compact JSON is the runtime's ``ok_json`` itself (what clients send), so the worker does
+            not send it back: the pool's thread unpickled 60 MB of it holding Python's lock (SPEC §3.1 item 6).
     """
 
     size: int
@@ -189,6 +191,7 @@ class PreparedResult:
     contract: tuple[str, bool] | None = None
     overran: bool = False
     too_deep: bool = False
+    same: bool = False
 
 
 def result_in_worker(ok_json: str, entry: CatalogEntry | None) -> PreparedResult:
@@ -215,4 +218,6 @@ def result_in_worker(ok_json: str, entry: CatalogEntry | None) -> PreparedResult
             contract = (entry.id, True)
         except BridgeReplyError:
             contract = (entry.id, False)
+    if result == ok_json:
+        return PreparedResult(size, True, "", details, contract, same=True)
     return PreparedResult(size, True, result, details, contract)

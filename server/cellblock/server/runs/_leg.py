@@ -82,9 +82,7 @@ class Leg(LegEnding):
     ) -> None:
         super().__init__(run, ports, deadline=deadline, reserve_slot=reserve_slot, slot_cap=slot_cap)
         self.cpu = cpu or cpu_pool()
-        self.executor = executor
-        self.socket_base = socket_base
-        self.source = source
+        self.executor, self.socket_base, self.source = executor, socket_base, source
         self._snapshot = snapshot
         self.pool = pool
         self.cell_wait_s = cell_wait_s
@@ -415,8 +413,10 @@ class Leg(LegEnding):
         self.run_.pending.pop(p.bridge_id, None)
         # A reply text is always encodable (SPEC §0.3 item 7), even one a schema or check library wrote.
         error = None if result.ok else bpb.BridgeError(message=msg.escape_lone_surrogates(result.payload), code=result.code)
-        settle = bpb.Settle(bridge_id=p.bridge_id, ok_json=result.payload) if error is None else bpb.Settle(bridge_id=p.bridge_id, error=error)
-        self._bridge.send(bpb.AttachResponse(settle=settle))
+        response = bpb.AttachResponse(settle=bpb.Settle(bridge_id=p.bridge_id, error=error))
+        if result.ok:  # written in place: a Settle built apart is copied again into its response (60 MB: 50 ms on the loop)
+            response.settle.ok_json = result.payload
+        self._bridge.send(response)
 
     # ---------------------------------------------------------- output/end
     def _on_output(self, entry_json: str) -> None:

@@ -14,6 +14,12 @@ is inflated by an order of magnitude. Another thread holding the GIL is not coun
 CPU is not the loop thread's): CPU-heavy steps therefore go to worker *processes*
 (:mod:`cellblock.server.workers`), never to threads.
 
+The same lateness capped by the CPU time of the whole process instead is kept too
+(``worst_process_s``, for tests and diagnostics): a thread that holds Python's lock in one
+C call (the worker pool's threads unpickling a worker's result) stops the loop, and only
+this measure counts it; it also counts the CPU other threads spend without the lock
+meanwhile (gRPC's own threads), so it is an upper bound.
+
 Holds of at least :data:`~cellblock.server.limits.LOOP_HOLD_RECORD_MS` are recorded in
 the ``cellblock.loop.hold`` histogram (seconds); the worst since the last
 :meth:`LoopMonitor.reset` is kept for tests and diagnostics.
@@ -42,6 +48,7 @@ class LoopMonitor:
     Attributes:
         worst_s: Longest hold since the last :meth:`reset`, in seconds.
         worst_lateness_s: Longest wall-clock lateness since the last reset (load included), in seconds.
+        worst_process_s: Longest lateness capped by the whole process's CPU time since the last reset, in seconds.
         ticks: Wake-ups since the last reset.
     """
 
@@ -51,6 +58,7 @@ class LoopMonitor:
         self._task: asyncio.Task[None] | None = None
         self.worst_s = 0.0
         self.worst_lateness_s = 0.0
+        self.worst_process_s = 0.0
         self.ticks = 0
 
     def start(self) -> None:
@@ -68,14 +76,16 @@ class LoopMonitor:
         """Forgets the worst hold seen so far."""
         self.worst_s = 0.0
         self.worst_lateness_s = 0.0
+        self.worst_process_s = 0.0
         self.ticks = 0
 
     async def _run(self) -> None:
         while True:
-            wall, cpu = time.perf_counter(), time.thread_time()
+            wall, cpu, process = time.perf_counter(), time.thread_time(), time.process_time()
             await asyncio.sleep(self._tick_s)
             lateness = max(0.0, time.perf_counter() - wall - self._tick_s)
             hold = min(lateness, time.thread_time() - cpu)
+            self.worst_process_s = max(self.worst_process_s, min(lateness, time.process_time() - process))
             self.ticks += 1
             self.worst_lateness_s = max(self.worst_lateness_s, lateness)
             if hold > self.worst_s:
