@@ -293,7 +293,9 @@ class WarmPool:
                 return
             self._ready.append(warm)
         except (CellStartError, OSError, TimeoutError) as exc:
-            log.error("pool.cell_failed", reason=str(exc)[:200])
+            # A TimeoutError (the cell did not attach in time) has no text of its own.
+            reason = str(exc)[:200] or (f"the cell did not attach within {ATTACH_TIMEOUT_S} s" if isinstance(exc, TimeoutError) else "")
+            log.error("pool.cell_failed", error_class=exc.__class__.__name__, reason=reason)
             if warm is not None:
                 await self._drop(warm)
             await asyncio.sleep(1.0)  # back off; legs still start fresh cells
