@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 
 from cellblock.server.api._catalog_service import PARSE_SLICE, parsed_in_slices
 from cellblock.server.catalog import Catalog, CatalogRegistrationError
+from tests.support.loop_turns import other_tenant_turns
 
 pytestmark = pytest.mark.asyncio
 
@@ -22,20 +22,9 @@ def _tools(count: int) -> list[dict[str, Any]]:
 
 async def test_slices_register_what_one_pass_registers_and_let_other_tasks_run() -> None:
     tools = _tools(PARSE_SLICE * 4 + 3)
-    turns = 0
-
-    async def other_tenant() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.ensure_future(other_tenant())
-    await asyncio.sleep(0)
-    before = turns
-    parsed = await parsed_in_slices(tools)
-    assert turns - before >= 4  # the loop ran other work between the slices
-    task.cancel()
+    async with other_tenant_turns() as turns:
+        parsed = await parsed_in_slices(tools)
+    assert turns.count >= 4  # the loop ran other work between the slices
     sliced = Catalog().register(parsed).entries
     whole = Catalog().register(_tools(len(tools))).entries
     assert [(e.id, e.input_hint, e.parameters) for e in sliced] == [(e.id, e.input_hint, e.parameters) for e in whole]

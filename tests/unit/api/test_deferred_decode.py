@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,6 +11,7 @@ import pytest
 from cellblock.server import messages as msg
 from cellblock.server.api._failures import DEFERRED_DECODE_BYTES, _stream, _tolerant
 from cellblock.v1 import code_mode_service_pb2 as pb
+from tests.support.loop_turns import other_tenant_turns
 
 pytestmark = pytest.mark.asyncio
 
@@ -45,23 +45,10 @@ async def _through(wires: list[bytes]) -> tuple[list[Any], int]:
             seen.append(request)
         yield None
 
-    turns = 0
-
-    async def other_tenant() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    other = asyncio.ensure_future(other_tenant())
-    await asyncio.sleep(0)
-    start = turns
-    try:
+    async with other_tenant_turns() as turns:
         async for _ in _stream(handler, "Exec", decode)(received(), _Context()):
             pass
-    finally:
-        other.cancel()
-    return seen, turns - start
+    return seen, turns.count
 
 
 async def test_a_long_message_is_decoded_between_loop_turns_and_reaches_the_handler_whole() -> None:
