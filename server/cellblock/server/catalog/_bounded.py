@@ -221,27 +221,20 @@ _local = threading.local()
 CHECK_RECURSION_FRAMES = 4000
 
 
-def _stack_depth() -> int:
-    frame, depth = sys._getframe(), 0  # noqa: SLF001 - the only way to read the current depth
-    while frame is not None:
-        frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
-    return depth
-
-
 @contextlib.contextmanager
 def budget(ms: int = CONTRACT_BUDGET_MS) -> Iterator[None]:
     """Runs the enclosed contract check under a budget of ``ms`` milliseconds of this thread's CPU time.
 
     The check overruns when both the wall clock and the thread's CPU clock have passed
     ``ms`` since the start: waiting for a core (a loaded machine) never fails a check. The
-    interpreter's recursion limit is raised for the check to :data:`CHECK_RECURSION_FRAMES`
-    beyond the current depth (never lowered), and restored after it; the garbage collector
+    interpreter's recursion limit is raised for the check by :data:`CHECK_RECURSION_FRAMES`
+    (so at least that many frames beyond the caller's), and restored after it; the garbage collector
     waits while the check runs (the check's allocations are bounded by its budget).
     """
     previous = getattr(_local, "deadline", None)
     _local.deadline = (time.monotonic() + ms / 1000.0, time.thread_time() + ms / 1000.0)
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, _stack_depth() + CHECK_RECURSION_FRAMES))
+    sys.setrecursionlimit(limit + CHECK_RECURSION_FRAMES)  # the caller is within ``limit``: room beyond it
     # A collection of the whole heap (50-130 ms with a large catalog registered) must not be charged to
     # the check that happened to allocate: collections wait until the check has ended.
     collecting = gc.isenabled()
