@@ -98,6 +98,13 @@ def migration_files(dialect: str) -> list[tuple[int, str, str]]:
     return found
 
 
+#: The run row's columns, in the order every insert gives their values (a slot, a first park, a tombstone).
+_INSERT_RUN = (
+    f"INSERT INTO {TABLE} (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
+    "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
+)
+
+
 class SqlRunStore(RunStore):
     """The shared implementation; subclasses provide the connection."""
 
@@ -164,9 +171,7 @@ class SqlRunStore(RunStore):
             if refused is not None:
                 return refused
             await tx.run(
-                f"INSERT INTO {TABLE} (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
-                "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
-                "VALUES (?, ?, ?, 'active', ?, 0, 1, 0, ?, 0, '', 'inline', '', ?, ?, ?)",
+                _INSERT_RUN + "VALUES (?, ?, ?, 'active', ?, 0, 1, 0, ?, 0, '', 'inline', '', ?, ?, ?)",
                 run_id, session_id, agent_run_id, created_at, b"", lease_token, now + lease_seconds, now,
             )
             return SlotAnswer.HELD
@@ -197,9 +202,7 @@ class SqlRunStore(RunStore):
                 return refused
             expires = now + park.ttl_seconds
             await tx.run(
-                f"INSERT INTO {TABLE} (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
-                "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
-                "VALUES (?, ?, ?, 'suspended', ?, ?, 1, 1, ?, ?, ?, 'inline', ?, NULL, 0, ?)",
+                _INSERT_RUN + "VALUES (?, ?, ?, 'suspended', ?, ?, 1, 1, ?, ?, ?, 'inline', ?, NULL, 0, ?)",
                 park.run_id, park.session_id, park.agent_run_id, park.created_at, expires, park.body, len(park.snapshot), snapshot_digest(park.snapshot), park.engine_build_id, now,
             )
             await self._put_snapshot(tx, park)
@@ -296,9 +299,7 @@ class SqlRunStore(RunStore):
             row = await tx.one(f"SELECT expires_at FROM {TABLE} WHERE run_id = ?{self.for_update}", run_id)
             if row is None:
                 await tx.run(
-                    f"INSERT INTO {TABLE} (run_id, session_id, agent_run_id, state, created_at, expires_at, holds_slot, generation, body, "
-                    "snapshot_size, snapshot_sha256, snapshot_placement, engine_build_id, lease_token, lease_until, updated_at) "
-                    "VALUES (?, ?, ?, 'cancelled', ?, ?, 0, 0, ?, 0, '', 'inline', '', NULL, 0, ?)",
+                    _INSERT_RUN + "VALUES (?, ?, ?, 'cancelled', ?, ?, 0, 0, ?, 0, '', 'inline', '', NULL, 0, ?)",
                     run_id, session_id, agent_run_id, now, until, b"", now,
                 )
                 return
